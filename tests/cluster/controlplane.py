@@ -1,0 +1,380 @@
+"""A real Kubernetes control plane on 127.0.0.1 for tests and for people.
+
+etcd, kube-apiserver (TLS, RBAC, service-account signing), kube-controller-manager, kube-scheduler and kwok run as
+child processes bound to loopback on free ports; kwok fakes GPU nodes and the pod lifecycle. Binaries come from
+tests/cluster/build.sh (built from Go modules, cached). Every component logs to its own file.
+
+    python tests/cluster/controlplane.py up            # start, print the kubeconfig path, run until Ctrl-C
+    python tests/cluster/controlplane.py demo          # start, show `kubectl get nodes`, stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pki import Pki, make_pki  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+# Pod and Service addresses are handed out from loopback ranges, so nothing a test could dial leaves the machine.
+POD_CIDR = "127.1.0.0/16"
+SERVICE_CIDR = "127.2.0.0/16"
+READY_ANNOTATION = "dflash.dev/test-ready"
+GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
+
+
+def build_binaries() -> Path:
+    """Runs the cached build and returns the folder holding every binary."""
+    out = subprocess.run(
+        ["bash", str(HERE / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
+    return Path(out.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    log: Path
+    process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            # Own process group, so stop() reaches anything the component spawns.
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(grace)
+        self.process = None
+
+
+@dataclass
+class ControlPlane:
+    workdir: Path
+    bin_dir: Path
+    crd_files: Sequence[Path] = ()
+    gpu_nodes: int = 4
+    gpus_per_node: int = 8
+    components: list[Component] = field(default_factory=list)
+    pki: Pki | None = None
+    api_port: int = 0
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def binary(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        started = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        self.pki = make_pki(self.workdir / "pki")
+        try:
+            etcd_port = self._start_etcd()
+            self._start_apiserver(etcd_port)
+            self._write_kubeconfig()
+            # The garbage collector learns resources from discovery; CRDs that exist before it starts are known at once.
+            for crd in self.crd_files:
+                self.kubectl("apply", "--server-side", "-f", str(crd))
+            for crd in self.crd_files:
+                self.kubectl("wait", "--for=condition=Established", "-f", str(crd), "--timeout=60s")
+            self._start_controller_manager()
+            self._start_scheduler()
+            self._start_kwok()
+            self._create_gpu_nodes()
+        except BaseException:
+            print(self.log_tails(), file=sys.stderr)
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - started
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+
+    def __enter__(self) -> "ControlPlane":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- components ------------------------------------------------------------------------------------------------
+    def _add(self, name: str, argv: list[str]) -> Component:
+        component = Component(name, argv, self.workdir / "logs" / f"{name}.log")
+        self.components.append(component)
+        component.start()
+        return component
+
+    def _start_etcd(self) -> int:
+        client, peer = free_port(), free_port()
+        etcd = self._add("etcd", [
+            self.binary("etcd"),
+            "--name=default",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{client}",
+            f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls=",
+            # Throwaway data: skipping fsync makes the apiserver several times faster on slow disks.
+            "--unsafe-no-fsync",
+        ])
+        self._wait(etcd, lambda: _http_ok(f"http://127.0.0.1:{client}/health"), "etcd /health")
+        return client
+
+    def _start_apiserver(self, etcd_port: int) -> None:
+        assert self.pki
+        self.api_port = free_port()
+        apiserver = self._add("kube-apiserver", [
+            self.binary("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.api_port}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={self.pki.serving_cert}",
+            f"--tls-private-key-file={self.pki.serving_key}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki.sa_public}",
+            f"--service-account-signing-key-file={self.pki.sa_private}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ])
+        self._wait(apiserver, lambda: self._readyz(self.api_port), "kube-apiserver /readyz", timeout=120)
+
+    def _component_kubeconfig_args(self) -> list[str]:
+        kc = str(self.kubeconfig)
+        return [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}"]
+
+    def _start_controller_manager(self) -> None:
+        assert self.pki
+        port = free_port()
+        kcm = self._add("kube-controller-manager", [
+            self.binary("kube-controller-manager"),
+            *self._component_kubeconfig_args(),
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--leader-elect=false",
+            f"--service-account-private-key-file={self.pki.sa_private}",
+            f"--root-ca-file={self.pki.ca_cert}",
+            f"--cluster-signing-cert-file={self.pki.ca_cert}",
+            f"--cluster-signing-key-file={self.pki.ca_key}",
+            "--use-service-account-credentials=true",
+        ])
+        self._wait(kcm, lambda: self._readyz(port, "/healthz"), "kube-controller-manager /healthz")
+
+    def _start_scheduler(self) -> None:
+        port = free_port()
+        scheduler = self._add("kube-scheduler", [
+            self.binary("kube-scheduler"),
+            *self._component_kubeconfig_args(),
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--leader-elect=false",
+        ])
+        self._wait(scheduler, lambda: self._readyz(port, "/healthz"), "kube-scheduler /healthz")
+
+    def _start_kwok(self) -> None:
+        stages = self.workdir / "kwok-stages.yaml"
+        stock = self.bin_dir / "kwok-stages" / "node"
+        parts = [
+            (stock / "fast" / "node-initialize.yaml").read_text(),
+            (stock / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml").read_text(),
+            (HERE / "kwok-pod-stages.yaml").read_text(),
+        ]
+        stages.write_text("\n---\n".join(parts))
+        port = free_port()
+        kwok = self._add("kwok", [
+            self.binary("kwok"),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--config={stages}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=127.0.0.1",
+            f"--server-address=127.0.0.1:{port}",
+            "--node-lease-duration-seconds=40",
+        ])
+        self._wait(kwok, lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), "kwok /healthz")
+
+    def _create_gpu_nodes(self) -> None:
+        nodes = [gpu_node(f"gpu-node-{i}", self.gpus_per_node) for i in range(self.gpu_nodes)]
+        self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+        self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
+
+    # --- helpers ---------------------------------------------------------------------------------------------------
+    def _write_kubeconfig(self) -> None:
+        assert self.pki
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "dflash-test", "cluster": {
+                "server": self.server, "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate": str(self.pki.admin_cert), "client-key": str(self.pki.admin_key)}}],
+            "contexts": [{"name": "dflash-test", "context": {"cluster": "dflash-test", "user": "admin"}}],
+            "current-context": "dflash-test",
+        }
+        self.kubeconfig.write_text(json.dumps(config, indent=2))
+        self.kubeconfig.chmod(0o600)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        assert self.pki
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _readyz(self, port: int, path: str = "/readyz") -> bool:
+        context = self._ssl_context()
+        if port != self.api_port:
+            # Controller-manager and scheduler serve self-signed certificates; only liveness is asked of them.
+            context = ssl._create_unverified_context()  # noqa: S323 - loopback health probe of a test component
+            assert self.pki
+            context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return _http_ok(f"https://127.0.0.1:{port}{path}", context)
+
+    def _wait(self, component: Component, check, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not component.running():
+                raise RuntimeError(f"{component.name} exited while waiting for {what}:\n{self.log_tail(component)}")
+            if check():
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{what} not ok after {timeout} s:\n{self.log_tail(component)}")
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [self.binary("kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=input, capture_output=True, text=True, timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+    def log_tail(self, component: Component, lines: int = 30) -> str:
+        if not component.log.exists():
+            return f"--- {component.name}: no log"
+        tail = component.log.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- {component.name} ({component.log}), last {len(tail)} lines:\n" + "\n".join(tail)
+
+    def log_tails(self, lines: int = 30) -> str:
+        return "\n".join(self.log_tail(c, lines) for c in self.components)
+
+    def pids(self) -> list[int]:
+        return [c.process.pid for c in self.components if c.process is not None]
+
+
+def gpu_node(name: str, gpus: int) -> dict:
+    """A Node as the NVIDIA GPU operator would label it, managed by kwok."""
+    capacity = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": GPU_PRODUCT,
+                "nvidia.com/gpu.count": str(gpus),
+                "nvidia.com/gpu.memory": "81559",
+            },
+        },
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def default_crds() -> list[Path]:
+    return sorted((HERE.parent.parent / "crds").glob("*.yaml"))
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "demo"])
+    parser.add_argument("--workdir", type=Path, help="where state, kubeconfig and logs go (default: a temp folder)")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+
+    bin_dir = build_binaries()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dflash-cp-"))
+    plane = ControlPlane(workdir=workdir, bin_dir=bin_dir, crd_files=default_crds())
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with plane:
+        print(f"control plane up in {plane.start_seconds:.1f} s: {plane.server}")
+        print(f"kubeconfig: {plane.kubeconfig}   logs: {workdir / 'logs'}")
+        version = json.loads(plane.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
+        print(f"kube-apiserver {version}")
+        print(plane.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,nvidia.com/gpu.count").stdout)
+        if args.command == "up":
+            print(f"export KUBECONFIG={plane.kubeconfig}   (Ctrl-C stops everything)")
+            try:
+                while all(c.running() for c in plane.components):
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

