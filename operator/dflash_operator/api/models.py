@@ -1,0 +1,246 @@
+"""The DFlashDeployment API: pydantic models that are the single source of the CRD schema.
+
+Descriptions become `kubectl explain` text, defaults become schema defaults the API server applies, and
+`x-kubernetes-validations` entries become CEL rules checked at apply time. Field names are camelCase on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "serving.dflash.dev"
+VERSION = "v1alpha1"
+KIND = "DFlashDeployment"
+PLURAL = "dflashdeployments"
+SINGULAR = "dflashdeployment"
+SHORT_NAMES = ["dfd"]
+
+DEFAULT_IMAGE = "ghcr.io/dflash-dev/vllm-dflash:v0.23.0-dflash.1"
+DEFAULT_PROBE_PROMPT = "def fibonacci(n):"
+
+# Flags the operator sets itself from the spec. Letting extraArgs repeat them would make the pod's behaviour depend
+# on argument order inside vLLM, so they are rejected at apply time (CEL) and again before rendering.
+RESERVED_VLLM_FLAGS = (
+    "model", "served-model-name", "revision", "tokenizer", "tokenizer-revision", "speculative-config",
+    "tensor-parallel-size", "max-model-len", "host", "port", "download-dir",
+)
+_RESERVED_FLAG_REGEX = "^--(" + "|".join(f.replace("-", "[-_]") for f in RESERVED_VLLM_FLAGS) + ")(=.*)?$"
+
+# A Hugging Face repo id: owner/name, letters, digits, '-', '_', '.'.
+_REPO_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
+# A branch, tag or 40-hex commit; no whitespace, no '..', as git refs allow.
+_REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,254}$"
+
+
+def cel(rule: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"rule": rule, "message": message, **extra}
+
+
+def immutable(what: str) -> dict[str, Any]:
+    return cel("self == oldSelf", f"{what} is immutable: create a new DFlashDeployment to change it")
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ModelRef(ApiModel):
+    """A model on the Hugging Face hub, pinned by revision."""
+
+    repo: Annotated[str, Field(
+        description="Hub repository id, owner/name (e.g. Qwen/Qwen3-Coder-Next).",
+        pattern=_REPO_ID_PATTERN,
+    )]
+    revision: Annotated[str, Field(
+        description="Branch, tag or commit. Branches and tags are resolved to a commit before download; "
+                    "the commit is recorded in status and never changes until this field does.",
+        pattern=_REVISION_PATTERN,
+    )] = "main"
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the DFlashDeployment's namespace."""
+
+    name: Annotated[str, Field(description="Secret name.", pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")]
+    key: Annotated[str, Field(description="Key inside the Secret.", min_length=1, max_length=253)] = "token"
+
+
+class CacheSpec(ApiModel):
+    """The paired model cache: one PersistentVolumeClaim holding target and draft, shared by replicas."""
+
+    storage_class_name: Annotated[str | None, Field(
+        description="StorageClass of the cache PVC; unset uses the cluster default.",
+        json_schema_extra={"x-kubernetes-validations": [immutable("cache.storageClassName")]},
+    )] = None
+    size: Annotated[str, Field(
+        description="Requested size of the cache PVC, a Kubernetes quantity (e.g. 200Gi). It may grow, never shrink.",
+        json_schema_extra={"x-kubernetes-validations": [
+            cel("isQuantity(self)", "cache.size must be a quantity such as 200Gi"),
+            cel("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0",
+                "cache.size may grow but not shrink: a PVC cannot be made smaller"),
+        ]},
+    )] = "200Gi"
+    access_mode: Annotated[Literal["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"], Field(
+        description="Access mode of the cache PVC. ReadWriteMany lets replicas on different nodes, and other "
+                    "DFlashDeployments with the same pair, share one cache.",
+        json_schema_extra={"x-kubernetes-validations": [immutable("cache.accessMode")]},
+    )] = "ReadWriteMany"
+    retain_policy: Annotated[Literal["Keep", "Delete"], Field(
+        description="What happens to the cache when the last DFlashDeployment using it is deleted.",
+    )] = "Keep"
+
+
+class ReadinessSpec(ApiModel):
+    """How readiness proves that speculation works: the probe runs a real speculative generation."""
+
+    min_acceptance_rate: Annotated[float, Field(
+        description="A pod is ready only when the fraction of draft tokens accepted during the probe is at least "
+                    "this. 0 only requires that speculation is active.",
+        ge=0.0, le=1.0,
+    )] = 0.1
+    probe_prompt: Annotated[str, Field(
+        description="Prompt of the probe's short completion.", min_length=1, max_length=2000,
+    )] = DEFAULT_PROBE_PROMPT
+    probe_max_tokens: Annotated[int, Field(
+        description="Tokens the probe generates; a few suffice to see drafts accepted.", ge=1, le=256,
+    )] = 16
+    probe_timeout_seconds: Annotated[int, Field(
+        description="Timeout of one probe run, in seconds.", ge=1, le=600,
+    )] = 10
+    startup_timeout_seconds: Annotated[int, Field(
+        description="How long a pod may take to load the models and pass its first probe before it is restarted.",
+        ge=60, le=86400,
+    )] = 3600
+
+
+def _power_of_two_rule() -> dict[str, Any]:
+    powers = ", ".join(str(2**i) for i in range(8))
+    return cel(f"self in [{powers}]", "tensorParallelSize must be a power of two between 1 and 128")
+
+
+class DFlashDeploymentSpec(ApiModel):
+    """Desired state: a target model served by vLLM with a DFlash draft model for speculative decoding."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [
+            cel("self.draft.repo != self.target.repo",
+                "spec.draft.repo must differ from spec.target.repo: a model cannot be its own DFlash draft",
+                fieldPath=".draft.repo"),
+        ]},
+    )
+
+    target: Annotated[ModelRef, Field(description="The model that is served (the verifier).")]
+    draft: Annotated[ModelRef, Field(description="The DFlash draft model that proposes tokens for the target.")]
+    num_speculative_tokens: Annotated[int, Field(
+        description="Tokens the draft proposes per step (vLLM num_speculative_tokens).", ge=1, le=32,
+    )] = 8
+    replicas: Annotated[int, Field(description="Number of serving pods.", ge=0, le=1000)] = 1
+    tensor_parallel_size: Annotated[int, Field(
+        description="GPUs per pod; vLLM --tensor-parallel-size. A power of two.",
+        json_schema_extra={"x-kubernetes-validations": [_power_of_two_rule()]},
+    )] = 1
+    gpu_resource_name: Annotated[str, Field(
+        description="Extended resource that requests one GPU.",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$",
+    )] = "nvidia.com/gpu"
+    image: Annotated[str, Field(
+        description="vLLM image carrying the DFlash plugin and the speculative probe.", min_length=1,
+    )] = DEFAULT_IMAGE
+    extra_args: Annotated[list[Annotated[str, Field(
+        json_schema_extra={"x-kubernetes-validations": [cel(
+            f"!self.matches('{_RESERVED_FLAG_REGEX}')",
+            "extraArgs may not set a flag the operator sets from the spec: "
+            + ", ".join(f"--{f}" for f in RESERVED_VLLM_FLAGS),
+        )]},
+        max_length=4096,
+    )]], Field(description="Extra vLLM command-line arguments, appended after the operator's own.", max_length=128,
+    )] = []
+    max_model_len: Annotated[int | None, Field(
+        description="vLLM --max-model-len; unset lets vLLM take the model's own.", ge=16,
+    )] = None
+    env: Annotated[list[dict[str, Any]], Field(
+        description="Extra environment variables of the vLLM container (core/v1 EnvVar).",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )] = []
+    node_selector: Annotated[dict[str, str], Field(description="Node labels the pods must run on.")] = {}
+    tolerations: Annotated[list[dict[str, Any]], Field(
+        description="Tolerations of the pods (core/v1 Toleration).",
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )] = []
+    affinity: Annotated[dict[str, Any] | None, Field(
+        description="Affinity of the pods (core/v1 Affinity).",
+        json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    )] = None
+    resources: Annotated[dict[str, Any] | None, Field(
+        description="CPU and memory requests/limits of the vLLM container; the GPU limit is set from "
+                    "tensorParallelSize and may not be given here.",
+        json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    )] = None
+    hub_token_secret_ref: Annotated[SecretKeyRef | None, Field(
+        description="Secret with a Hugging Face token, for gated or private models. Read only by the cache job.",
+    )] = None
+    cache: Annotated[CacheSpec, Field(
+        description="The paired model cache.", default_factory=CacheSpec, json_schema_extra={"default": {}},
+    )]
+    readiness: Annotated[ReadinessSpec, Field(
+        description="Readiness gating on a real speculative generation.",
+        default_factory=ReadinessSpec, json_schema_extra={"default": {}},
+    )]
+
+
+class Condition(ApiModel):
+    """A kstatus-style condition."""
+
+    type: Annotated[str, Field(description="Ready, Reconciling, Stalled, CacheReady, ModelsCompatible or "
+                                           "SpeculationHealthy.")]
+    status: Annotated[Literal["True", "False", "Unknown"], Field(description="True, False or Unknown.")]
+    reason: Annotated[str, Field(description="One CamelCase word a program can match.")] = ""
+    message: Annotated[str, Field(description="What a person should know.")] = ""
+    observed_generation: Annotated[int, Field(description="The spec generation this condition describes.")] = 0
+    last_transition_time: Annotated[str, Field(description="When status last changed (RFC 3339).")] = ""
+
+
+class ResolvedRevisions(ApiModel):
+    """Commits the revisions in spec resolved to."""
+
+    target_commit: Annotated[str | None, Field(description="Commit of the target model.")] = None
+    draft_commit: Annotated[str | None, Field(description="Commit of the draft model.")] = None
+
+
+class SpeculationStatus(ApiModel):
+    """Speculative decoding as measured from the ready pods' vLLM /metrics."""
+
+    acceptance_rate: Annotated[float | None, Field(description="Accepted / proposed draft tokens.")] = None
+    mean_accepted_length: Annotated[float | None, Field(
+        description="Tokens produced per target step: 1 + accepted / drafts.")] = None
+    draft_tokens: Annotated[int | None, Field(description="Draft tokens proposed, summed over ready pods.")] = None
+    accepted_tokens: Annotated[int | None, Field(description="Draft tokens accepted, summed over ready pods.")] = None
+    pods_measured: Annotated[int | None, Field(description="Ready pods whose metrics were read.")] = None
+
+
+class DFlashDeploymentStatus(ApiModel):
+    """Observed state, written only by the operator."""
+
+    observed_generation: Annotated[int | None, Field(description="The spec generation last reconciled.")] = None
+    conditions: Annotated[list[Condition], Field(description="Current conditions.")] = []
+    replicas: Annotated[int | None, Field(description="Serving pods that exist.")] = None
+    ready_replicas: Annotated[int | None, Field(description="Serving pods that passed the speculative probe.")] = None
+    selector: Annotated[str | None, Field(description="Label selector of the serving pods (scale subresource).")] = None
+    resolved: Annotated[ResolvedRevisions | None, Field(description="Resolved revisions.")] = None
+    endpoint: Annotated[str | None, Field(description="In-cluster URL of the OpenAI-compatible API.")] = None
+    speculation: Annotated[SpeculationStatus | None, Field(description="Speculative decoding metrics.")] = None
+
+
+class DFlashDeployment(ApiModel):
+    """The whole resource, as the operator reads it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: str = f"{GROUP}/{VERSION}"
+    kind: str = KIND
+    metadata: dict[str, Any] = {}
+    spec: DFlashDeploymentSpec
+    status: DFlashDeploymentStatus | None = None

@@ -1,0 +1,267 @@
+"""Pure renderers: a DFlashDeployment (+ operator config) -> the Kubernetes objects it should own. No I/O here."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dflash_operator.api import GROUP, KIND, RESERVED_VLLM_FLAGS, VERSION, DFlashDeployment, DFlashDeploymentSpec
+
+MANAGED_BY = "dflash-operator"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+SELECTOR_COMPONENT = "vllm"
+SERVING_PORT = 8000
+MODEL_MOUNT = "/models"
+DNS_1035 = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+
+# vLLM short forms of reserved flags; `-tp 2` would otherwise slip past the long-name check.
+_RESERVED_SHORT = {"-tp": "tensor-parallel-size"}
+
+
+class InvalidSpec(ValueError):
+    """The spec was admitted by the API server but cannot be rendered; `reason` goes into the Stalled condition."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RenderConfig:
+    """What the operator knows beyond the spec; passed in, never read from globals."""
+
+    probe_command: str = "dflash-probe"
+    startup_period_seconds: int = 10
+    readiness_period_seconds: int = 30
+
+
+def labels(name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "dflash-vllm",
+        INSTANCE_LABEL: name,
+        "app.kubernetes.io/component": SELECTOR_COMPONENT,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    # Only labels that never change: a Deployment's selector is immutable.
+    return {"app.kubernetes.io/name": "dflash-vllm", INSTANCE_LABEL: name}
+
+
+def selector_string(name: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+
+
+def owner_reference(dfd: DFlashDeployment) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": dfd.metadata["name"],
+        "uid": dfd.metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(dfd: DFlashDeployment, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": dfd.metadata["namespace"],
+        "labels": labels(dfd.metadata["name"]),
+        "ownerReferences": [owner_reference(dfd)],
+    }
+
+
+def reserved_flag_collisions(extra_args: list[str]) -> list[str]:
+    """The extra args that would override a flag the operator sets (long or short form, `--x=v` or `--x v`)."""
+    reserved = {f"--{f}" for f in RESERVED_VLLM_FLAGS}
+    found = []
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0].replace("_", "-")
+        if flag in reserved or flag in _RESERVED_SHORT:
+            found.append(arg)
+    return found
+
+
+def speculative_config(spec: DFlashDeploymentSpec) -> str:
+    config = {
+        "method": "dflash",
+        "model": spec.draft.repo,
+        "revision": spec.draft.revision,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+    }
+    # Compact and key-ordered, so the rendered args (and thus the pod template) are byte-stable across reconciles.
+    return json.dumps(config, separators=(",", ":"), sort_keys=True)
+
+
+def vllm_args(dfd: DFlashDeployment) -> list[str]:
+    spec = dfd.spec
+    collisions = reserved_flag_collisions(spec.extra_args)
+    if collisions:
+        raise InvalidSpec(
+            "ExtraArgsCollide",
+            f"spec.extraArgs {collisions} would override flags the operator sets from the spec; "
+            f"remove them and use the spec fields instead",
+        )
+    args = [
+        spec.target.repo,
+        "--revision", spec.target.revision,
+        "--served-model-name", spec.target.repo,
+        "--host", "0.0.0.0",
+        "--port", str(SERVING_PORT),
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--speculative-config", speculative_config(spec),
+    ]
+    if spec.max_model_len is not None:
+        args += ["--max-model-len", str(spec.max_model_len)]
+    return args + list(spec.extra_args)
+
+
+def probe_command(dfd: DFlashDeployment, config: RenderConfig) -> list[str]:
+    readiness = dfd.spec.readiness
+    return [
+        config.probe_command,
+        "--url", f"http://127.0.0.1:{SERVING_PORT}",
+        "--model", dfd.spec.target.repo,
+        "--prompt", readiness.probe_prompt,
+        "--max-tokens", str(readiness.probe_max_tokens),
+        "--min-acceptance", f"{readiness.min_acceptance_rate:g}",
+        "--timeout", str(readiness.probe_timeout_seconds),
+    ]
+
+
+def _resources(spec: DFlashDeploymentSpec) -> dict[str, Any]:
+    given = spec.resources or {}
+    for part in ("limits", "requests"):
+        if spec.gpu_resource_name in (given.get(part) or {}):
+            raise InvalidSpec(
+                "GpuInResources",
+                f"spec.resources.{part} sets {spec.gpu_resource_name}; the GPU count comes from "
+                f"spec.tensorParallelSize ({spec.tensor_parallel_size})",
+            )
+    gpus = str(spec.tensor_parallel_size)
+    return {
+        **given,
+        "limits": {**(given.get("limits") or {}), spec.gpu_resource_name: gpus},
+        "requests": {**(given.get("requests") or {}), spec.gpu_resource_name: gpus},
+    }
+
+
+def _env(spec: DFlashDeploymentSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": f"{MODEL_MOUNT}/hf"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]
+    if spec.hub_token_secret_ref is not None:
+        # By reference only: the token's value never appears in an object the operator writes.
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": spec.hub_token_secret_ref.name, "key": spec.hub_token_secret_ref.key}}})
+    own = {e["name"] for e in env}
+    clashing = sorted(own & {e.get("name") for e in spec.env})
+    if clashing:
+        raise InvalidSpec("EnvCollides", f"spec.env sets {clashing}, which the operator sets itself")
+    return env + list(spec.env)
+
+
+def render_deployment(dfd: DFlashDeployment, config: RenderConfig) -> dict[str, Any]:
+    spec, name = dfd.spec, dfd.metadata["name"]
+    probe = probe_command(dfd, config)
+    readiness = spec.readiness
+    container = {
+        "name": "vllm",
+        "image": spec.image,
+        "args": vllm_args(dfd),
+        "env": _env(spec),
+        "ports": [{"name": "http", "containerPort": SERVING_PORT, "protocol": "TCP"}],
+        "resources": _resources(spec),
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODEL_MOUNT},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+        # Startup allows the long model load; it runs the same speculative probe, so "started" already means
+        # "speculating". Readiness keeps proving it; liveness only asks whether the server process answers.
+        "startupProbe": {
+            "exec": {"command": probe},
+            "periodSeconds": config.startup_period_seconds,
+            "timeoutSeconds": readiness.probe_timeout_seconds + 5,
+            "failureThreshold": max(1, readiness.startup_timeout_seconds // config.startup_period_seconds),
+        },
+        "readinessProbe": {
+            "exec": {"command": probe},
+            "periodSeconds": config.readiness_period_seconds,
+            "timeoutSeconds": readiness.probe_timeout_seconds + 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": [
+            {"name": "models", "emptyDir": {}},
+            # NCCL and vLLM's shared-memory broadcast need more than the runtime's 64 MiB default /dev/shm.
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+        "terminationGracePeriodSeconds": 60,
+    }
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = list(spec.tolerations)
+    if spec.affinity:
+        pod_spec["affinity"] = dict(spec.affinity)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(dfd, name),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector_labels(name)},
+            # GPUs are scarce: surge one pod and never drop below the ready capacity during a rollout.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"labels": labels(name)}, "spec": pod_spec},
+        },
+    }
+
+
+def render_service(dfd: DFlashDeployment) -> dict[str, Any]:
+    name = dfd.metadata["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(dfd, name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(name),
+            "ports": [{"name": "http", "port": SERVING_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def render_pdb(dfd: DFlashDeployment) -> dict[str, Any]:
+    name = dfd.metadata["name"]
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(dfd, name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(name)}},
+    }
+
+
+def endpoint(dfd: DFlashDeployment) -> str:
+    return f"http://{dfd.metadata['name']}.{dfd.metadata['namespace']}.svc:{SERVING_PORT}/v1"
+
+
+def desired_objects(dfd: DFlashDeployment, config: RenderConfig) -> list[dict[str, Any]]:
+    """Everything one DFlashDeployment owns, in apply order. Raises InvalidSpec for specs that cannot work."""
+    if not re.fullmatch(DNS_1035, dfd.metadata["name"]):
+        raise InvalidSpec("InvalidName", f"name {dfd.metadata['name']!r} is not a valid Service name (DNS-1035)")
+    return [render_service(dfd), render_pdb(dfd), render_deployment(dfd, config)]
