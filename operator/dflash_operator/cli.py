@@ -5,32 +5,90 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
 
 from dflash_operator import __version__
 
-# Subcommands that later issues fill in; until then they say so and fail, rather than pretend to work.
-_PLANNED = {
-    "run": "run the operator against the current kubeconfig",
-    "render": "print the objects the operator would create for a DFlashDeployment (-f CR.yaml)",
-    "check-pair": "check that a draft model fits a target model (TARGET_DIR DRAFT_DIR)",
-    "crd": "write the CustomResourceDefinition generated from the API models",
-}
+
+def _crd(args: argparse.Namespace) -> int:
+    from dflash_operator.api.crd import render_crd_yaml
+
+    text = render_crd_yaml()
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from dflash_operator.api import DFlashDeployment
+    from dflash_operator.render import InvalidSpec, RenderConfig, desired_objects
+
+    source = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    body = yaml.safe_load(source)
+    metadata = body.setdefault("metadata", {})
+    metadata.setdefault("namespace", args.namespace)
+    # The API server assigns the uid at creation; a placeholder keeps the ownerReference visible in review.
+    metadata.setdefault("uid", "00000000-0000-0000-0000-000000000000")
+    try:
+        dfd = DFlashDeployment.model_validate(body)
+        objects = desired_objects(dfd, RenderConfig())
+    except ValidationError as error:
+        print(f"invalid DFlashDeployment: {error}", file=sys.stderr)
+        return 1
+    except InvalidSpec as error:
+        print(f"{error.reason}: {error}", file=sys.stderr)
+        return 1
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=120))
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dflash_operator.main import run_operator
+
+    return run_operator(namespaces=args.namespace, liveness=args.liveness)
+
+
+def _not_yet(args: argparse.Namespace) -> int:
+    print(f"dflash-operator {args.command}: not implemented yet", file=sys.stderr)
+    return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dflash-operator", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, help_text in _PLANNED.items():
-        sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    run = commands.add_parser("run", help="run the operator against the current kubeconfig or in-cluster config")
+    run.add_argument("-n", "--namespace", action="append", default=[],
+                     help="watch only this namespace (repeatable); default: the whole cluster")
+    run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
+    run.set_defaults(handler=_run)
+
+    render = commands.add_parser("render", help="print the objects the operator would create for a DFlashDeployment")
+    render.add_argument("-f", "--file", required=True, help="the DFlashDeployment manifest, or - for stdin")
+    render.add_argument("-n", "--namespace", default="default", help="namespace when the manifest names none")
+    render.set_defaults(handler=_render)
+
+    check = commands.add_parser("check-pair", help="check that a draft model fits a target model")
+    check.add_argument("target_dir")
+    check.add_argument("draft_dir")
+    check.set_defaults(handler=_not_yet)
+
+    crd = commands.add_parser("crd", help="print (or write) the CRD generated from the API models")
+    crd.add_argument("-o", "--output", help="write to this file instead of stdout")
+    crd.set_defaults(handler=_crd)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    print(f"dflash-operator {args.command}: not implemented yet", file=sys.stderr)
-    return 2
+    return args.handler(args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dflash_operator.api.models import DNS_1035
 from dflash_operator.api import GROUP, KIND, RESERVED_VLLM_FLAGS, VERSION, DFlashDeployment, DFlashDeploymentSpec
 
 MANAGED_BY = "dflash-operator"
@@ -14,7 +15,6 @@ INSTANCE_LABEL = "app.kubernetes.io/instance"
 SELECTOR_COMPONENT = "vllm"
 SERVING_PORT = 8000
 MODEL_MOUNT = "/models"
-DNS_1035 = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 
 # vLLM short forms of reserved flags; `-tp 2` would otherwise slip past the long-name check.
 _RESERVED_SHORT = {"-tp": "tensor-parallel-size"}

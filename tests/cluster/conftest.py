@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -14,10 +15,11 @@ import kubernetes
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from controlplane import ControlPlane, build_binaries, default_crds  # noqa: E402
+from controlplane import ControlPlane, http_ok, build_binaries, default_crds, free_port  # noqa: E402
 
 T = TypeVar("T")
 _PLANE: ControlPlane | None = None
+_OPERATOR_LOG: Path | None = None
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +80,38 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = outcome.get_result()
     if report.failed and _PLANE is not None:
         report.sections.append(("control-plane logs", _PLANE.log_tails(lines=25)))
+    if report.failed and _OPERATOR_LOG is not None and _OPERATOR_LOG.exists():
+        tail = _OPERATOR_LOG.read_text(errors="replace").splitlines()[-60:]
+        report.sections.append(("operator log", "\n".join(tail)))
+
+
+@pytest.fixture(scope="session")
+def operator(control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
+    """The real operator (`dflash-operator run`) as its own process, cluster-wide, against the test API server."""
+    global _OPERATOR_LOG
+    _OPERATOR_LOG = control_plane.workdir / "logs" / "operator.log"
+    port = free_port()
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(control_plane.kubeconfig),
+        "DFLASH_RESYNC_SECONDS": "2",
+        # Pod IPs of the test cluster are loopback; the operator refuses to dial anything else.
+        "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8",
+    }
+    with _OPERATOR_LOG.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dflash_operator", "run", "--liveness", f"http://127.0.0.1:{port}/healthz"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_for(lambda: process.poll() is not None or http_ok(f"http://127.0.0.1:{port}/healthz"),
+                 "the operator's liveness endpoint", 60)
+        assert process.poll() is None, "the operator exited at start:\n" + _OPERATOR_LOG.read_text()[-3000:]
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)

@@ -162,7 +162,7 @@ class ControlPlane:
             # Throwaway data: skipping fsync makes the apiserver several times faster on slow disks.
             "--unsafe-no-fsync",
         ])
-        self._wait(etcd, lambda: _http_ok(f"http://127.0.0.1:{client}/health"), "etcd /health")
+        self._wait(etcd, lambda: http_ok(f"http://127.0.0.1:{client}/health"), "etcd /health")
         return client
 
     def _start_apiserver(self, etcd_port: int) -> None:
@@ -243,7 +243,7 @@ class ControlPlane:
             f"--server-address=127.0.0.1:{port}",
             "--node-lease-duration-seconds=40",
         ])
-        self._wait(kwok, lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), "kwok /healthz")
+        self._wait(kwok, lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), "kwok /healthz")
 
     def _create_gpu_nodes(self) -> None:
         nodes = [gpu_node(f"gpu-node-{i}", self.gpus_per_node) for i in range(self.gpu_nodes)]
@@ -279,7 +279,7 @@ class ControlPlane:
             context = ssl._create_unverified_context()  # noqa: S323 - loopback health probe of a test component
             assert self.pki
             context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
-        return _http_ok(f"https://127.0.0.1:{port}{path}", context)
+        return http_ok(f"https://127.0.0.1:{port}{path}", context)
 
     def _wait(self, component: Component, check, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -338,7 +338,7 @@ def gpu_node(name: str, gpus: int) -> dict:
     }
 
 
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return response.status == 200

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from dflash_operator.api import models
+from dflash_operator.api.models import DNS_1035
 
 # JSON Schema keywords that carry over unchanged into a Kubernetes structural schema.
 _KEPT = {
@@ -108,6 +109,11 @@ def build_crd() -> dict[str, Any]:
                     "description": "DFlashDeployment serves a target LLM with a DFlash draft model for speculative "
                                    "decoding on vLLM, with the two models cached together and checked to fit.",
                     "required": ["spec"],
+                    "x-kubernetes-validations": [{
+                        "rule": f"self.metadata.name.matches('^{DNS_1035}$')",
+                        "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', "
+                                   "starting with a letter, at most 63 characters): it also names the Service",
+                    }],
                     "properties": {
                         "apiVersion": {"type": "string", "description": "APIVersion of this object."},
                         "kind": {"type": "string", "description": "Kind of this object."},

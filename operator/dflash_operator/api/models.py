@@ -29,6 +29,8 @@ RESERVED_VLLM_FLAGS = (
 )
 _RESERVED_FLAG_REGEX = "^--(" + "|".join(f.replace("-", "[-_]") for f in RESERVED_VLLM_FLAGS) + ")(=.*)?$"
 
+# Names of Services, and so of DFlashDeployments.
+DNS_1035 = "[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 # A Hugging Face repo id: owner/name, letters, digits, '-', '_', '.'.
 _REPO_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
 # A branch, tag or 40-hex commit; no whitespace, no '..', as git refs allow.

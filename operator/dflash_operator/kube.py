@@ -1,0 +1,94 @@
+"""The operator's only door to the API server: server-side apply of children, reads, and status writes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from dflash_operator.api import GROUP, PLURAL, VERSION
+
+FIELD_MANAGER = "dflash-operator"
+
+_PLURALS = {
+    ("v1", "Service"): "services",
+    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("apps/v1", "Deployment"): "deployments",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("batch/v1", "Job"): "jobs",
+}
+
+
+def load_client() -> kubernetes.client.ApiClient:
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    return kubernetes.client.ApiClient()
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{prefix}/namespaces/{namespace}/{_PLURALS[(api_version, kind)]}"
+    return f"{path}/{name}" if name else path
+
+
+class Kube:
+    """Thin wrapper over the official client; every call is one HTTP request, errors are ApiException."""
+
+    def __init__(self, client: kubernetes.client.ApiClient) -> None:
+        self.client = client
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.core = kubernetes.client.CoreV1Api(client)
+
+    def _call(self, path: str, method: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> Any:
+        method_, url, headers, payload, _ = self.client.param_serialize(
+            method=method, resource_path=path, query_params=query or [], body=body,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.client.call_api(method_, url, header_params=headers, body=payload, _request_timeout=30)
+        response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        return json.loads(response.data) if response.data else None
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply with one field manager: idempotent, and a no-op write when nothing changed.
+
+        force=True takes back fields someone edited by hand (drift repair); fields the operator never sets stay
+        with whoever set them."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml",
+                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(object_path(api_version, kind, namespace, name), "GET")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def get_dfd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def patch_dfd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+
+    def ready_pod_ips(self, namespace: str, selector: str) -> list[str]:
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [
+            pod.status.pod_ip for pod in pods
+            if pod.status and pod.status.pod_ip and pod.metadata.deletion_timestamp is None
+            and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        ]

@@ -1,0 +1,71 @@
+"""Speculative-decoding figures read from vLLM's Prometheus /metrics of the ready serving pods."""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        return SpecCounters(self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
+                            self.accepted_tokens + other.accepted_tokens)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        # vLLM's own definition: every target step yields one token plus the accepted draft tokens.
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+
+
+def parse_counters(text: str) -> SpecCounters | None:
+    """Sums the spec-decode counters over every engine; None when the server exposes none (no speculation)."""
+    totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED_TOKENS: 0.0}
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+                seen = True
+    if not seen:
+        return None
+    return SpecCounters(totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS])
+
+
+class AddressNotAllowed(ValueError):
+    pass
+
+
+def parse_networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    return [ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip()]
+
+
+def metrics_url(pod_ip: str, port: int, allowed: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
+    """The pod's /metrics URL, refusing addresses outside the allowed networks (tests allow only loopback)."""
+    address = ipaddress.ip_address(pod_ip)
+    allowed = list(allowed)
+    if allowed and not any(address in net for net in allowed):
+        raise AddressNotAllowed(f"pod IP {pod_ip} is outside the allowed networks {[str(n) for n in allowed]}")
+    host = f"[{pod_ip}]" if address.version == 6 else pod_ip
+    return f"http://{host}:{port}/metrics"
+
+
+def read_pod_counters(url: str, timeout: float) -> SpecCounters | None:
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - URL built by metrics_url
+        return parse_counters(response.read().decode("utf-8", errors="replace"))

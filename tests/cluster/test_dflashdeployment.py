@@ -1,0 +1,260 @@
+"""DFlashDeployment end to end: the real operator against the real control plane."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import kubernetes
+import pytest
+from conftest import wait_for
+from controlplane import READY_ANNOTATION, ControlPlane
+
+pytestmark = pytest.mark.cluster
+
+API = ("serving.dflash.dev", "v1alpha1")
+SELECTOR = "app.kubernetes.io/name=dflash-vllm,app.kubernetes.io/instance={}"
+
+
+def dfd(name: str, **spec: object) -> dict:
+    return {
+        "apiVersion": "serving.dflash.dev/v1alpha1",
+        "kind": "DFlashDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "target": {"repo": "Qwen/Qwen3-Coder-Next"},
+            "draft": {"repo": "z-lab/Qwen3-Coder-Next-DFlash"},
+            **spec,
+        },
+    }
+
+
+def apply(plane: ControlPlane, namespace: str, obj: dict, check: bool = True):
+    return plane.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(obj), check=check)
+
+
+def get_dfd(api_client, namespace: str, name: str) -> dict:
+    return kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        *API, namespace, "dflashdeployments", name)
+
+
+def condition(obj: dict, kind: str) -> dict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def condition_is(api_client, namespace: str, name: str, kind: str, status: str) -> dict | None:
+    obj = get_dfd(api_client, namespace, name)
+    found = condition(obj, kind)
+    return obj if found and found["status"] == status else None
+
+
+def mark_pods_ready(api_client, namespace: str, name: str) -> int:
+    core = kubernetes.client.CoreV1Api(api_client)
+    pods = core.list_namespaced_pod(namespace, label_selector=SELECTOR.format(name)).items
+    for pod in pods:
+        if pod.metadata.deletion_timestamp is None:
+            core.patch_namespaced_pod(pod.metadata.name, namespace,
+                                      {"metadata": {"annotations": {READY_ANNOTATION: "true"}}})
+    return len(pods)
+
+
+def deployment(api_client, namespace: str, name: str):
+    try:
+        return kubernetes.client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace)
+    except kubernetes.client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
+    control_plane: ControlPlane, api_client, operator, namespace: str
+) -> None:
+    apply(control_plane, namespace, dfd("coder", tensorParallelSize=2, numSpeculativeTokens=6, replicas=2,
+                                        extraArgs=["--enable-chunked-prefill"]))
+    dep = wait_for(lambda: deployment(api_client, namespace, "coder"), "the Deployment")
+    owner = dep.metadata.owner_references[0]
+    assert (owner.kind, owner.name, owner.controller) == ("DFlashDeployment", "coder", True)
+
+    container = dep.spec.template.spec.containers[0]
+    assert container.resources.limits["nvidia.com/gpu"] == "2"
+    args = container.args
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config == {"method": "dflash", "model": "z-lab/Qwen3-Coder-Next-DFlash", "revision": "main",
+                      "num_speculative_tokens": 6}
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert args[-1] == "--enable-chunked-prefill"
+    assert container.readiness_probe.var_exec.command[0] == "dflash-probe"
+    assert container.startup_probe.var_exec.command == container.readiness_probe.var_exec.command
+    shm = next(v for v in dep.spec.template.spec.volumes if v.name == "dshm")
+    assert shm.empty_dir.medium == "Memory"
+
+    core = kubernetes.client.CoreV1Api(api_client)
+    service = core.read_namespaced_service("coder", namespace)
+    assert service.spec.ports[0].port == 8000
+    kubernetes.client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget("coder", namespace)
+
+    wait_for(lambda: len([p for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR.format(
+        "coder")).items if p.status.phase == "Running"]) == 2, "two running pods")
+    for pod in core.list_namespaced_pod(namespace, label_selector=SELECTOR.format("coder")).items:
+        assert core.read_node(pod.spec.node_name).metadata.labels["nvidia.com/gpu.present"] == "true"
+
+    not_ready = wait_for(lambda: condition_is(api_client, namespace, "coder", "Ready", "False"), "Ready=False")
+    assert condition(not_ready, "Ready")["reason"] == "WaitingForSpeculativeProbe"
+    assert condition(not_ready, "Reconciling")["status"] == "True"
+
+    mark_pods_ready(api_client, namespace, "coder")
+    ready = wait_for(lambda: condition_is(api_client, namespace, "coder", "Ready", "True"), "Ready=True")
+    assert ready["status"]["readyReplicas"] == 2
+    assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
+    assert condition(ready, "Stalled")["status"] == "False"
+    assert condition(ready, "Ready")["observedGeneration"] == ready["metadata"]["generation"]
+
+    waited = control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "dfd/coder", "--timeout=5s",
+                                   check=False)
+    assert waited.returncode == 0, waited.stderr
+
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=coder").items
+    reasons = {e.reason for e in events if e.involved_object.kind == "DFlashDeployment"}
+    assert "AllReplicasReady" in reasons, reasons
+
+
+def test_scale_subresource_changes_the_pod_count(control_plane: ControlPlane, api_client, operator,
+                                                 namespace: str) -> None:
+    apply(control_plane, namespace, dfd("scaled"))
+    wait_for(lambda: deployment(api_client, namespace, "scaled"), "the Deployment")
+    control_plane.kubectl("-n", namespace, "scale", "dfd/scaled", "--replicas=3")
+    wait_for(lambda: deployment(api_client, namespace, "scaled").spec.replicas == 3, "3 replicas on the Deployment")
+    scale = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object_scale(
+        *API, namespace, "dflashdeployments", "scaled")
+    assert scale["spec"]["replicas"] == 3
+    wait_for(lambda: kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object_scale(
+        *API, namespace, "dflashdeployments", "scaled")["status"].get("replicas") == 3, "status.replicas 3")
+    assert "app.kubernetes.io/instance=scaled" in scale["status"]["selector"]
+
+
+def test_changing_a_field_rolls_the_pods(control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
+    apply(control_plane, namespace, dfd("roll", numSpeculativeTokens=4))
+    first = wait_for(lambda: deployment(api_client, namespace, "roll"), "the Deployment")
+    apply(control_plane, namespace, dfd("roll", numSpeculativeTokens=12))
+
+    def rolled():
+        dep = deployment(api_client, namespace, "roll")
+        args = dep.spec.template.spec.containers[0].args
+        return dep if '"num_speculative_tokens":12' in args[args.index("--speculative-config") + 1] else None
+
+    second = wait_for(rolled, "the new speculative config in the pod template")
+    assert second.metadata.generation > first.metadata.generation
+    apps = kubernetes.client.AppsV1Api(api_client)
+    wait_for(lambda: len(apps.list_namespaced_replica_set(namespace, label_selector=SELECTOR.format(
+        "roll")).items) == 2, "a second ReplicaSet (a rolling update)")
+
+
+def test_child_edited_or_deleted_by_hand_is_restored(control_plane: ControlPlane, api_client, operator,
+                                                      namespace: str) -> None:
+    apply(control_plane, namespace, dfd("drift", replicas=1))
+    wait_for(lambda: deployment(api_client, namespace, "drift"), "the Deployment")
+    apps, core = kubernetes.client.AppsV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+
+    apps.patch_namespaced_deployment("drift", namespace, {"spec": {"replicas": 5}})
+    wait_for(lambda: deployment(api_client, namespace, "drift").spec.replicas == 1, "replicas restored to 1")
+
+    core.delete_namespaced_service("drift", namespace)
+    wait_for(lambda: core.list_namespaced_service(namespace, field_selector="metadata.name=drift").items,
+             "the Service recreated")
+
+    apps.delete_namespaced_deployment("drift", namespace)
+    wait_for(lambda: (d := deployment(api_client, namespace, "drift")) is not None
+             and d.metadata.deletion_timestamp is None, "the Deployment recreated")
+
+
+def test_deleting_the_dfd_removes_its_children(control_plane: ControlPlane, api_client, operator,
+                                               namespace: str) -> None:
+    apply(control_plane, namespace, dfd("gone"))
+    wait_for(lambda: deployment(api_client, namespace, "gone"), "the Deployment")
+    control_plane.kubectl("-n", namespace, "delete", "dfd/gone", "--wait=true", "--timeout=30s")
+    core = kubernetes.client.CoreV1Api(api_client)
+    wait_for(lambda: deployment(api_client, namespace, "gone") is None
+             and not core.list_namespaced_service(namespace, field_selector="metadata.name=gone").items,
+             "the garbage collector to remove Deployment and Service")
+
+
+def test_spec_admitted_but_unrenderable_is_stalled_without_children(
+    control_plane: ControlPlane, api_client, operator, namespace: str
+) -> None:
+    apply(control_plane, namespace, dfd("stuck", resources={"limits": {"nvidia.com/gpu": "4"}}))
+    stalled = wait_for(lambda: condition_is(api_client, namespace, "stuck", "Stalled", "True"), "Stalled=True")
+    cond = condition(stalled, "Stalled")
+    assert cond["reason"] == "GpuInResources"
+    assert "tensorParallelSize" in cond["message"]
+    assert condition(stalled, "Ready")["status"] == "False"
+    assert deployment(api_client, namespace, "stuck") is None
+
+    # Fixing the spec recovers without a restart of anything.
+    apply(control_plane, namespace, dfd("stuck"))
+    wait_for(lambda: deployment(api_client, namespace, "stuck"), "the Deployment after the fix")
+    wait_for(lambda: condition_is(api_client, namespace, "stuck", "Stalled", "False"), "Stalled=False")
+
+
+class _VllmMetrics(BaseHTTPRequestHandler):
+    """Serves vLLM's spec-decode counters in the Prometheus text format, as a real vLLM pod would on /metrics."""
+
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def metrics_on(request) -> Iterator:
+    servers = []
+
+    def start(ip: str, drafts: int, draft_tokens: int, accepted: int) -> None:
+        labels = '{engine="0",model_name="Qwen/Qwen3-Coder-Next"}'
+        handler = type("Handler", (_VllmMetrics,), {"body": (
+            "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
+            "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+            f"vllm:spec_decode_num_drafts_total{labels} {drafts}.0\n"
+            "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
+            "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+            f"vllm:spec_decode_num_draft_tokens_total{labels} {draft_tokens}.0\n"
+            "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.\n"
+            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+            f"vllm:spec_decode_num_accepted_tokens_total{labels} {accepted}.0\n"
+        ).encode()})
+        server = ThreadingHTTPServer((ip, 8000), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_acceptance_from_pod_metrics_lands_in_status(control_plane: ControlPlane, api_client, operator,
+                                                     namespace: str, metrics_on) -> None:
+    apply(control_plane, namespace, dfd("measured", readiness={"minAcceptanceRate": 0.5}))
+    core = kubernetes.client.CoreV1Api(api_client)
+    pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(
+        namespace, label_selector=SELECTOR.format("measured")).items if p.status.pod_ip), None), "a pod IP")
+    # kwok hands out pod IPs from a loopback range, so the pod's metrics address is served on this machine.
+    metrics_on(pod.status.pod_ip, drafts=10, draft_tokens=80, accepted=60)
+    mark_pods_ready(api_client, namespace, "measured")
+
+    healthy = wait_for(lambda: condition_is(api_client, namespace, "measured", "SpeculationHealthy", "True"),
+                       "SpeculationHealthy=True")
+    figures = healthy["status"]["speculation"]
+    assert figures["acceptanceRate"] == pytest.approx(0.75)
+    assert figures["meanAcceptedLength"] == pytest.approx(7.0)
+    assert (figures["draftTokens"], figures["acceptedTokens"], figures["podsMeasured"]) == (80, 60, 1)
+    columns = control_plane.kubectl("-n", namespace, "get", "dfd", "measured").stdout
+    assert "0.75" in columns, columns

