@@ -98,6 +98,10 @@ class ControlPlane:
         return self.workdir / "admin.kubeconfig"
 
     @property
+    def kubectl_cache(self) -> Path:
+        return self.workdir / "kubectl-cache"
+
+    @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
@@ -119,6 +123,8 @@ class ControlPlane:
                 self.kubectl("apply", "--server-side", "-f", str(crd))
             for crd in self.crd_files:
                 self.kubectl("wait", "--for=condition=Established", "-f", str(crd), "--timeout=60s")
+            # kubectl cached discovery before the CRDs existed; short names like `dfd` resolve only from a fresh one.
+            shutil.rmtree(self.kubectl_cache, ignore_errors=True)
             self._start_controller_manager()
             self._start_scheduler()
             self._start_kwok()
@@ -294,7 +300,8 @@ class ControlPlane:
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            [self.binary("kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            [self.binary("kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}",
+             f"--cache-dir={self.kubectl_cache}", *args],
             input=input, capture_output=True, text=True, timeout=120,
         )
         if check and result.returncode != 0:

@@ -6,15 +6,13 @@ VLLM_SERIES and uses the `vllm_series` fixture, which fails it (never skips it) 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-PLUGIN_SRC = HERE.parents[1] / "images" / "vllm" / "plugin"
 sys.path.insert(0, str(HERE))  # tiny_models, vllm_proc
 
 
@@ -34,24 +32,20 @@ def vllm_series(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def plugin_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The plugin built as a wheel, from a copy of its source so no build output lands in the repository."""
-    src = tmp_path_factory.mktemp("plugin-src") / "plugin"
-    shutil.copytree(PLUGIN_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    out = tmp_path_factory.mktemp("wheel")
-    # --no-isolation: the venv's setuptools builds it; an isolated build would download one.
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
-                   check=True, capture_output=True)
-    (wheel,) = out.glob("dflash_vllm-*.whl")
-    return wheel
+    """The plugin as a wheel: run.sh's (DFLASH_VLLM_WHEEL), else one built here."""
+    if os.environ.get("DFLASH_VLLM_WHEEL"):
+        return Path(os.environ["DFLASH_VLLM_WHEEL"])
+    import vllm_proc
+
+    return vllm_proc.build_wheel(tmp_path_factory.mktemp("plugin-build"))
 
 
 @pytest.fixture(scope="session")
 def plugin_dir(plugin_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel installed with pip --target: put on PYTHONPATH, it is the plugin without touching the venv."""
-    target = tmp_path_factory.mktemp("plugin-site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--target", str(target), str(plugin_wheel)], check=True)
-    return target
+    """The wheel installed with pip --target (see vllm_proc.install_wheel)."""
+    import vllm_proc
+
+    return vllm_proc.install_wheel(plugin_wheel, tmp_path_factory.mktemp("plugin-site"))
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_series")]
 CRASH = "Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested"
 # target_layer_ids [1, 2] in the draft; vLLM taps the outputs of the layers after them.
 AUX_LAYERS = "Using auxiliary layers from speculative config: (2, 3)"
+WARMUP = "Warming up model for the compilation..."
 PATCHED = "dflash-vllm: vLLM 0.23.0 lacks SupportsEagle3 on Qwen3NextForCausalLM; registered"
 
 
@@ -58,8 +59,11 @@ def test_with_plugin_the_runner_sets_up_the_drafts_aux_layers(engines):
     assert seen == AUX_LAYERS, f"expected the runner to configure aux layers; log tail:\n{proc.tail()}"
     assert CRASH not in text
     assert PATCHED in text, "the plugin did not log that it patched"
-    # And the runner goes on past the check: model loading completes (the draft was loaded just before it).
-    assert proc.wait_for(["Model loading took"], timeout=120), proc.tail()
+    # And the worker goes on past the check to its warm-up, which runs the DFlash drafter: as far as 0.23's CPU
+    # backend gets (FACTS.md: its DFlash attention expects repacked CPU weights), so no generation is asserted.
+    assert proc.wait_for([WARMUP], timeout=120), proc.tail()
+    text = proc.text()
+    assert text.index(AUX_LAYERS) < text.index(WARMUP)
 
 
 RESOLVE = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +18,26 @@ from pathlib import Path
 CPU_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--no-enable-prefix-caching",
             "--gpu-memory-utilization", "0.2", "--max-model-len", "512"]
 NUM_SPEC_TOKENS = 3
+PLUGIN_SRC = Path(__file__).resolve().parents[2] / "images" / "vllm" / "plugin"
+
+
+def build_wheel(work: Path, python: str = sys.executable) -> Path:
+    """Builds the plugin wheel from a copy of its source, so no build/ or *.egg-info lands in the repository;
+    --no-isolation uses the venv's setuptools instead of downloading one."""
+    src = work / "plugin-src"
+    shutil.copytree(PLUGIN_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    subprocess.run([python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "wheel"), str(src)],
+                   check=True, capture_output=True)
+    (wheel,) = (work / "wheel").glob("dflash_vllm-*.whl")
+    return wheel
+
+
+def install_wheel(wheel: Path, target: Path, python: str = sys.executable) -> Path:
+    """pip install --target: on PYTHONPATH it is the plugin (entry points, console script) without touching the
+    venv, which stays clean for the runs without it."""
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True)
+    return target
 
 
 def vllm_env(plugin_dir: Path | None = None) -> dict[str, str]:

