@@ -27,7 +27,9 @@ def _render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from dflash_operator.api import DFlashDeployment
-    from dflash_operator.render import InvalidSpec, RenderConfig, desired_objects
+    from dflash_operator.desired import desired_objects
+    from dflash_operator.render import CacheFacts, InvalidSpec, RenderConfig
+    from dflash_operator.render_cache import CacheConfig, cache_name
 
     source = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     body = yaml.safe_load(source)
@@ -37,7 +39,8 @@ def _render(args: argparse.Namespace) -> int:
     metadata.setdefault("uid", "00000000-0000-0000-0000-000000000000")
     try:
         dfd = DFlashDeployment.model_validate(body)
-        objects = desired_objects(dfd, RenderConfig())
+        # Commits are resolved by the cache Job at run time; review shows the objects with them left blank.
+        objects = desired_objects(dfd, RenderConfig(), CacheConfig(), CacheFacts(claim_name=cache_name(dfd)))
     except ValidationError as error:
         print(f"invalid DFlashDeployment: {error}", file=sys.stderr)
         return 1

@@ -12,15 +12,20 @@ from dflash_operator.api import GROUP, KIND, PLURAL, VERSION
 from dflash_operator.kube import Kube, load_client
 from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
 from dflash_operator.render import MANAGED_BY
+from dflash_operator.render_cache import CacheConfig
 from dflash_operator.speculation import parse_networks
 
 # Read at import because kopf fixes timer intervals when the handler is registered.
 RESYNC_SECONDS = float(os.environ.get("DFLASH_RESYNC_SECONDS", "30"))
-CHILDREN = (("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"))
+CHILDREN = (
+    ("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"),
+    ("batch", "v1", "jobs"), ("v1", "persistentvolumeclaims"),
+)
 
 
 def config_from_env() -> OperatorConfig:
     return OperatorConfig(
+        cache=CacheConfig(image=os.environ.get("DFLASH_OPERATOR_IMAGE", CacheConfig().image)),
         metrics_timeout_seconds=float(os.environ.get("DFLASH_METRICS_TIMEOUT_SECONDS", "2")),
         metrics_allowed_networks=tuple(parse_networks(os.environ.get("DFLASH_METRICS_ALLOWED_NETWORKS", ""))),
     )
@@ -61,15 +66,17 @@ def resync_and_measure(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 def _on_child_event(event: dict[str, Any], body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A child changed or vanished: reconcile its owner, which re-applies the child if it drifted."""
-    owner = next((ref for ref in body.metadata.get("ownerReferences", []) if ref.get("kind") == KIND), None)
-    if owner is None:
-        return
+    """A child changed or vanished: reconcile its owners, which re-apply the child if it drifted.
+
+    A shared cache has one owner per DFlashDeployment using it; serving objects have exactly one."""
     kube: Kube = memo.kube
-    dfd = kube.get_dfd(body.metadata.namespace, owner["name"])
-    if dfd is None or dfd["metadata"]["uid"] != owner["uid"] or dfd["metadata"].get("deletionTimestamp"):
-        return  # the owner is going away; the garbage collector takes the children with it
-    _run(memo, dfd)
+    for owner in body.metadata.get("ownerReferences", []):
+        if owner.get("kind") != KIND:
+            continue
+        dfd = kube.get_dfd(body.metadata.namespace, owner["name"])
+        if dfd is None or dfd["metadata"]["uid"] != owner["uid"] or dfd["metadata"].get("deletionTimestamp"):
+            continue  # the owner is going away; the garbage collector takes the children with it
+        _run(memo, dfd)
 
 
 for _resource in CHILDREN:

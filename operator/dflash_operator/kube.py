@@ -56,7 +56,7 @@ class Kube:
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
 
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply with one field manager: idempotent, and a no-op write when nothing changed.
 
         force=True takes back fields someone edited by hand (drift repair); fields the operator never sets stay
@@ -64,7 +64,7 @@ class Kube:
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml",
-                          query=[("fieldManager", FIELD_MANAGER), ("force", "true")])
+                          query=[("fieldManager", field_manager), ("force", "true")])
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -84,6 +84,18 @@ class Kube:
 
     def patch_dfd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+
+    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self._call(f"/api/v1/namespaces/{namespace}/pods", "GET",
+                          query=[("labelSelector", selector)])["items"]
+
+    def last_log_line(self, namespace: str, pod: str) -> str:
+        """The pod's last log line, or '' when there is none yet (container not started, node unreachable)."""
+        try:
+            text = self.core.read_namespaced_pod_log(pod, namespace, tail_lines=1, _request_timeout=5)
+        except (ApiException, OSError):
+            return ""
+        return (text or "").strip().splitlines()[-1] if (text or "").strip() else ""
 
     def ready_pod_ips(self, namespace: str, selector: str) -> list[str]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items

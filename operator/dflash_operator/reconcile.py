@@ -12,10 +12,13 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from dflash_operator import speculation, status
+from dflash_operator import cache_outcome, speculation, status
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.kube import Kube
-from dflash_operator.render import InvalidSpec, RenderConfig, SERVING_PORT, desired_objects, endpoint, selector_string
+from dflash_operator.kube import FIELD_MANAGER, Kube
+from dflash_operator.render import (
+    SERVING_PORT, CacheFacts, InvalidSpec, RenderConfig, endpoint, selector_string, serving_objects, validate,
+)
+from dflash_operator.render_cache import CacheConfig, cache_field_manager, cache_name, render_cache_job, render_cache_pvc
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class RetryLater(Exception):
 @dataclass(frozen=True)
 class OperatorConfig:
     render: RenderConfig = field(default_factory=RenderConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     metrics_timeout_seconds: float = 2.0
     # Empty allows every pod address; tests pass 127.0.0.0/8 so nothing but loopback is ever dialled.
     metrics_allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
@@ -55,6 +59,8 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
               measure: bool = False) -> None:
     """Brings the children in line with the spec and writes status if anything changed.
 
+    Order matters: the paired cache first; the serving objects only once both models are cached, verified and
+    compatible, so no GPU pod is ever created for a pair that cannot work.
     `measure` also reads the ready pods' /metrics (the speculation timer); otherwise the last measurement stays."""
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation", 0)
@@ -62,7 +68,7 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
 
     try:
         dfd = DFlashDeployment.model_validate(body)
-        objects = desired_objects(dfd, config.render)
+        validate(dfd, config.render)
     except ValidationError as error:
         _stall(kube, body, "InvalidSpec", _validation_message(error), emit)
         return
@@ -70,36 +76,81 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
         _stall(kube, body, error.reason, str(error), emit)
         return
 
-    deployment = None
-    for obj in objects:
-        try:
-            applied = kube.apply(obj)
-        except ApiException as error:
-            if _transient(error):
-                raise RetryLater(f"applying {obj['kind']} {name}: HTTP {error.status}", delay=2.0) from error
-            if error.status in (400, 422):
-                _stall(kube, body, "ChildRejected",
-                       f"the API server rejected the {obj['kind']}: {_api_message(error)}", emit)
-                return
-            raise
-        if obj["kind"] == "Deployment":
-            deployment = applied
-
-    facts = status.rollout_facts(deployment, dfd.spec.replicas)
-    conditions = status.rollout_conditions(facts)
+    manager = cache_field_manager(dfd)
+    _apply_all(kube, body, [render_cache_pvc(dfd)], emit, manager)
+    job = _apply_all(kube, body, [render_cache_job(dfd, config.cache)], emit, manager)
+    if job is None:
+        return  # stalled: the API server rejected a cache object
+    outcome = _cache_outcome(kube, namespace, job)
     new_status: dict[str, Any] = {
         "observedGeneration": generation,
-        "replicas": facts.replicas,
-        "readyReplicas": facts.ready,
         "selector": selector_string(name),
-        "endpoint": endpoint(dfd),
+        "cache": _cache_status(dfd, outcome),
     }
+    if outcome.target_commit or outcome.draft_commit:
+        new_status["resolved"] = {"targetCommit": outcome.target_commit, "draftCommit": outcome.draft_commit}
+
+    gate = _cache_gate(outcome)
+    if gate is not None:
+        _write_status(kube, body, old_status, new_status, gate, emit)
+        return
+
+    cache = CacheFacts(claim_name=cache_name(dfd), target_commit=outcome.target_commit,
+                       draft_commit=outcome.draft_commit)
+    deployment = _apply_all(kube, body, serving_objects(dfd, config.render, cache), emit)
+    if deployment is None:
+        return
+    facts = status.rollout_facts(deployment, dfd.spec.replicas)
+    conditions = status.cache_ready_conditions() + status.rollout_conditions(facts)
+    new_status.update({"replicas": facts.replicas, "readyReplicas": facts.ready, "endpoint": endpoint(dfd)})
     if measure:
         counters, pods = _measure(kube, namespace, name, config)
         new_status["speculation"], spec_condition = _speculation_status(
             counters, pods, dfd.spec.readiness.min_acceptance_rate)
         conditions.append(spec_condition)
     _write_status(kube, body, old_status, new_status, conditions, emit)
+
+
+def _apply_all(kube: Kube, body: dict[str, Any], objects: list[dict[str, Any]], emit: EventSink,
+               manager: str = FIELD_MANAGER) -> dict[str, Any] | None:
+    """Applies in order; returns the last object as the server has it, or None after stalling on a rejection."""
+    applied: dict[str, Any] | None = None
+    for obj in objects:
+        try:
+            applied = kube.apply(obj, field_manager=manager)
+        except ApiException as error:
+            if _transient(error):
+                raise RetryLater(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {error.status}",
+                                 delay=2.0) from error
+            if error.status in (400, 422):
+                _stall(kube, body, "ChildRejected",
+                       f"the API server rejected the {obj['kind']}: {_api_message(error)}", emit)
+                return None
+            raise
+    return applied
+
+
+def _cache_outcome(kube: Kube, namespace: str, job: dict[str, Any]) -> cache_outcome.CacheOutcome:
+    pods = kube.pods(namespace, f"job-name={job['metadata']['name']}")
+    running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+    # Progress is the last JSON line the download program printed; read only while it runs.
+    last_line = kube.last_log_line(namespace, running[0]["metadata"]["name"]) if running else ""
+    return cache_outcome.cache_outcome(job, pods, last_line)
+
+
+def _cache_status(dfd: DFlashDeployment, outcome: cache_outcome.CacheOutcome) -> dict[str, Any]:
+    return {"name": cache_name(dfd), "phase": outcome.phase, "message": outcome.message, **outcome.progress}
+
+
+def _cache_gate(outcome: cache_outcome.CacheOutcome) -> list[status.ConditionSpec] | None:
+    """Conditions that hold the serving objects back, or None when the cache is ready and the pair fits."""
+    if outcome.phase == cache_outcome.DOWNLOADING:
+        return status.waiting_for_cache_conditions(outcome.message)
+    if outcome.phase == cache_outcome.FAILED:
+        return status.cache_failed_conditions(outcome.message)
+    if outcome.problems:
+        return status.incompatible_pair_conditions([p["message"] for p in outcome.problems])
+    return None
 
 
 def _api_message(error: ApiException) -> str:

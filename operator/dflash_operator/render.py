@@ -20,6 +20,15 @@ MODEL_MOUNT = "/models"
 _RESERVED_SHORT = {"-tp": "tensor-parallel-size"}
 
 
+@dataclass(frozen=True)
+class CacheFacts:
+    """The verified paired cache the serving pods mount: its PVC and the commits it holds."""
+
+    claim_name: str
+    target_commit: str | None = None
+    draft_commit: str | None = None
+
+
 class InvalidSpec(ValueError):
     """The spec was admitted by the API server but cannot be rendered; `reason` goes into the Stalled condition."""
 
@@ -86,13 +95,13 @@ def reserved_flag_collisions(extra_args: list[str]) -> list[str]:
     return found
 
 
+TARGET_PATH = f"{MODEL_MOUNT}/target"
+DRAFT_PATH = f"{MODEL_MOUNT}/draft"
+
+
 def speculative_config(spec: DFlashDeploymentSpec) -> str:
-    config = {
-        "method": "dflash",
-        "model": spec.draft.repo,
-        "revision": spec.draft.revision,
-        "num_speculative_tokens": spec.num_speculative_tokens,
-    }
+    # The draft is read from the cache at the commit the Job resolved, so no revision is passed to vLLM.
+    config = {"method": "dflash", "model": DRAFT_PATH, "num_speculative_tokens": spec.num_speculative_tokens}
     # Compact and key-ordered, so the rendered args (and thus the pod template) are byte-stable across reconciles.
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
@@ -107,8 +116,7 @@ def vllm_args(dfd: DFlashDeployment) -> list[str]:
             f"remove them and use the spec fields instead",
         )
     args = [
-        spec.target.repo,
-        "--revision", spec.target.revision,
+        TARGET_PATH,
         "--served-model-name", spec.target.repo,
         "--host", "0.0.0.0",
         "--port", str(SERVING_PORT),
@@ -151,15 +159,13 @@ def _resources(spec: DFlashDeploymentSpec) -> dict[str, Any]:
 
 
 def _env(spec: DFlashDeploymentSpec) -> list[dict[str, Any]]:
+    # Both models come from the verified cache; offline mode makes any attempt to reach a hub fail loudly.
     env: list[dict[str, Any]] = [
-        {"name": "HF_HOME", "value": f"{MODEL_MOUNT}/hf"},
+        {"name": "HF_HUB_OFFLINE", "value": "1"},
+        {"name": "HF_HOME", "value": "/tmp/hf"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         {"name": "DO_NOT_TRACK", "value": "1"},
     ]
-    if spec.hub_token_secret_ref is not None:
-        # By reference only: the token's value never appears in an object the operator writes.
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-            "name": spec.hub_token_secret_ref.name, "key": spec.hub_token_secret_ref.key}}})
     own = {e["name"] for e in env}
     clashing = sorted(own & {e.get("name") for e in spec.env})
     if clashing:
@@ -167,7 +173,7 @@ def _env(spec: DFlashDeploymentSpec) -> list[dict[str, Any]]:
     return env + list(spec.env)
 
 
-def render_deployment(dfd: DFlashDeployment, config: RenderConfig) -> dict[str, Any]:
+def render_deployment(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> dict[str, Any]:
     spec, name = dfd.spec, dfd.metadata["name"]
     probe = probe_command(dfd, config)
     readiness = spec.readiness
@@ -179,7 +185,7 @@ def render_deployment(dfd: DFlashDeployment, config: RenderConfig) -> dict[str, 
         "ports": [{"name": "http", "containerPort": SERVING_PORT, "protocol": "TCP"}],
         "resources": _resources(spec),
         "volumeMounts": [
-            {"name": "models", "mountPath": MODEL_MOUNT},
+            {"name": "models", "mountPath": MODEL_MOUNT, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
         # Startup allows the long model load; it runs the same speculative probe, so "started" already means
@@ -206,7 +212,7 @@ def render_deployment(dfd: DFlashDeployment, config: RenderConfig) -> dict[str, 
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "volumes": [
-            {"name": "models", "emptyDir": {}},
+            {"name": "models", "persistentVolumeClaim": {"claimName": cache.claim_name, "readOnly": True}},
             # NCCL and vLLM's shared-memory broadcast need more than the runtime's 64 MiB default /dev/shm.
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],
@@ -227,7 +233,13 @@ def render_deployment(dfd: DFlashDeployment, config: RenderConfig) -> dict[str, 
             "selector": {"matchLabels": selector_labels(name)},
             # GPUs are scarce: surge one pod and never drop below the ready capacity during a rollout.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {"metadata": {"labels": labels(name)}, "spec": pod_spec},
+            "template": {
+                "metadata": {"labels": labels(name), "annotations": {
+                    f"{GROUP}/target-commit": cache.target_commit or "",
+                    f"{GROUP}/draft-commit": cache.draft_commit or "",
+                }},
+                "spec": pod_spec,
+            },
         },
     }
 
@@ -260,8 +272,14 @@ def endpoint(dfd: DFlashDeployment) -> str:
     return f"http://{dfd.metadata['name']}.{dfd.metadata['namespace']}.svc:{SERVING_PORT}/v1"
 
 
-def desired_objects(dfd: DFlashDeployment, config: RenderConfig) -> list[dict[str, Any]]:
-    """Everything one DFlashDeployment owns, in apply order. Raises InvalidSpec for specs that cannot work."""
+def validate(dfd: DFlashDeployment, config: RenderConfig) -> None:
+    """Raises InvalidSpec for an admitted spec that cannot work, before anything (even the cache) is created."""
     if not re.fullmatch(DNS_1035, dfd.metadata["name"]):
         raise InvalidSpec("InvalidName", f"name {dfd.metadata['name']!r} is not a valid Service name (DNS-1035)")
-    return [render_service(dfd), render_pdb(dfd), render_deployment(dfd, config)]
+    render_deployment(dfd, config, CacheFacts(claim_name="validation"))
+
+
+def serving_objects(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> list[dict[str, Any]]:
+    """What serves traffic, in apply order; rendered only once the paired cache is verified and compatible."""
+    validate(dfd, config)
+    return [render_service(dfd), render_pdb(dfd), render_deployment(dfd, config, cache)]

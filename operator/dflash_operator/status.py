@@ -15,7 +15,9 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 SPECULATION_HEALTHY = "SpeculationHealthy"
-CONDITION_ORDER = (READY, RECONCILING, STALLED, SPECULATION_HEALTHY)
+CACHE_READY = "CacheReady"
+MODELS_COMPATIBLE = "ModelsCompatible"
+CONDITION_ORDER = (READY, RECONCILING, STALLED, CACHE_READY, MODELS_COMPATIBLE, SPECULATION_HEALTHY)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,40 @@ def stalled_conditions(reason: str, message: str) -> list[ConditionSpec]:
         ConditionSpec(READY, "False", reason, message),
         ConditionSpec(RECONCILING, "False", reason, message),
         ConditionSpec(STALLED, "True", reason, message),
+    ]
+
+
+def cache_ready_conditions() -> list[ConditionSpec]:
+    return [
+        ConditionSpec(CACHE_READY, "True", "Cached", "target and draft are cached and verified"),
+        ConditionSpec(MODELS_COMPATIBLE, "True", "PairChecked", "the draft fits the target"),
+    ]
+
+
+def waiting_for_cache_conditions(message: str) -> list[ConditionSpec]:
+    return [
+        ConditionSpec(READY, "False", "CacheNotReady", message),
+        ConditionSpec(RECONCILING, "True", "Downloading", message),
+        ConditionSpec(STALLED, "False", "Downloading", message),
+        ConditionSpec(CACHE_READY, "False", "Downloading", message),
+        ConditionSpec(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
+    ]
+
+
+def cache_failed_conditions(message: str) -> list[ConditionSpec]:
+    return [
+        *stalled_conditions("CacheFailed", message),
+        ConditionSpec(CACHE_READY, "False", "CacheFailed", message),
+        ConditionSpec(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
+    ]
+
+
+def incompatible_pair_conditions(problems: list[str]) -> list[ConditionSpec]:
+    message = "; ".join(problems)
+    return [
+        *stalled_conditions("IncompatiblePair", f"no GPU pod is created: {message}"),
+        ConditionSpec(CACHE_READY, "True", "Cached", "target and draft are cached and verified"),
+        ConditionSpec(MODELS_COMPATIBLE, "False", "IncompatiblePair", message),
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -54,7 +55,8 @@ def api_client(control_plane: ControlPlane) -> kubernetes.client.ApiClient:
 
 @pytest.fixture
 def namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    readable = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    name = f"t-{readable}-{uuid.uuid4().hex[:5]}"
     core = kubernetes.client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name}})
     yield name

@@ -214,6 +214,8 @@ class ControlPlane:
             f"--cluster-signing-cert-file={self.pki.ca_cert}",
             f"--cluster-signing-key-file={self.pki.ca_key}",
             "--use-service-account-credentials=true",
+            # Tests bind cache claims to pre-made volumes; the default 15 s binder period would dominate them.
+            "--pvclaimbinder-sync-period=1s",
         ])
         self._wait(kcm, lambda: self._readyz(port, "/healthz"), "kube-controller-manager /healthz")
 

@@ -112,7 +112,7 @@ def test_kubectl_explain_shows_the_descriptions(control_plane: ControlPlane) -> 
 def test_kubectl_get_shows_the_printer_columns(control_plane: ControlPlane, namespace: str) -> None:
     control_plane.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(BASE))
     header, row = control_plane.kubectl("-n", namespace, "get", "dfd").stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "READY", "REPLICAS", "TARGET", "DRAFT", "ACCEPTANCE", "AGE"]
+    assert header.split() == ["NAME", "READY", "REPLICAS", "TARGET", "DRAFT", "CACHE", "ACCEPTANCE", "AGE"]
     assert "Qwen/Qwen3-Coder-Next" in row and "z-lab/Qwen3-Coder-Next-DFlash" in row
     wide = control_plane.kubectl("-n", namespace, "get", "dfd", "-o", "wide").stdout.splitlines()[0]
-    assert "REASON" in wide.split()
+    assert {"REASON", "CACHED%"} <= set(wide.split())

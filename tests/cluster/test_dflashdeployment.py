@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kubernetes
 import pytest
+from cachejob import fetch_result, finish_cache_job
 from conftest import wait_for
 from controlplane import READY_ANNOTATION, ControlPlane
 
@@ -33,6 +34,12 @@ def dfd(name: str, **spec: object) -> dict:
 
 def apply(plane: ControlPlane, namespace: str, obj: dict, check: bool = True):
     return plane.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(obj), check=check)
+
+
+def apply_with_cache(plane: ControlPlane, api_client, namespace: str, obj: dict) -> None:
+    """Applies a DFlashDeployment and lets its cache Job finish with a compatible pair."""
+    apply(plane, namespace, obj)
+    finish_cache_job(api_client, namespace, fetch_result())
 
 
 def get_dfd(api_client, namespace: str, name: str) -> dict:
@@ -72,7 +79,7 @@ def deployment(api_client, namespace: str, name: str):
 def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     control_plane: ControlPlane, api_client, operator, namespace: str
 ) -> None:
-    apply(control_plane, namespace, dfd("coder", tensorParallelSize=2, numSpeculativeTokens=6, replicas=2,
+    apply_with_cache(control_plane, api_client, namespace, dfd("coder", tensorParallelSize=2, numSpeculativeTokens=6, replicas=2,
                                         extraArgs=["--enable-chunked-prefill"]))
     dep = wait_for(lambda: deployment(api_client, namespace, "coder"), "the Deployment")
     owner = dep.metadata.owner_references[0]
@@ -82,8 +89,8 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     assert container.resources.limits["nvidia.com/gpu"] == "2"
     args = container.args
     config = json.loads(args[args.index("--speculative-config") + 1])
-    assert config == {"method": "dflash", "model": "z-lab/Qwen3-Coder-Next-DFlash", "revision": "main",
-                      "num_speculative_tokens": 6}
+    assert config == {"method": "dflash", "model": "/models/draft", "num_speculative_tokens": 6}
+    assert args[0] == "/models/target" and args[args.index("--served-model-name") + 1] == "Qwen/Qwen3-Coder-Next"
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     assert args[-1] == "--enable-chunked-prefill"
     assert container.readiness_probe.var_exec.command[0] == "dflash-probe"
@@ -123,7 +130,7 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
 
 def test_scale_subresource_changes_the_pod_count(control_plane: ControlPlane, api_client, operator,
                                                  namespace: str) -> None:
-    apply(control_plane, namespace, dfd("scaled"))
+    apply_with_cache(control_plane, api_client, namespace, dfd("scaled"))
     wait_for(lambda: deployment(api_client, namespace, "scaled"), "the Deployment")
     control_plane.kubectl("-n", namespace, "scale", "dfd/scaled", "--replicas=3")
     wait_for(lambda: deployment(api_client, namespace, "scaled").spec.replicas == 3, "3 replicas on the Deployment")
@@ -136,7 +143,7 @@ def test_scale_subresource_changes_the_pod_count(control_plane: ControlPlane, ap
 
 
 def test_changing_a_field_rolls_the_pods(control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
-    apply(control_plane, namespace, dfd("roll", numSpeculativeTokens=4))
+    apply_with_cache(control_plane, api_client, namespace, dfd("roll", numSpeculativeTokens=4))
     first = wait_for(lambda: deployment(api_client, namespace, "roll"), "the Deployment")
     apply(control_plane, namespace, dfd("roll", numSpeculativeTokens=12))
 
@@ -154,7 +161,7 @@ def test_changing_a_field_rolls_the_pods(control_plane: ControlPlane, api_client
 
 def test_child_edited_or_deleted_by_hand_is_restored(control_plane: ControlPlane, api_client, operator,
                                                       namespace: str) -> None:
-    apply(control_plane, namespace, dfd("drift", replicas=1))
+    apply_with_cache(control_plane, api_client, namespace, dfd("drift", replicas=1))
     wait_for(lambda: deployment(api_client, namespace, "drift"), "the Deployment")
     apps, core = kubernetes.client.AppsV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
 
@@ -172,7 +179,7 @@ def test_child_edited_or_deleted_by_hand_is_restored(control_plane: ControlPlane
 
 def test_deleting_the_dfd_removes_its_children(control_plane: ControlPlane, api_client, operator,
                                                namespace: str) -> None:
-    apply(control_plane, namespace, dfd("gone"))
+    apply_with_cache(control_plane, api_client, namespace, dfd("gone"))
     wait_for(lambda: deployment(api_client, namespace, "gone"), "the Deployment")
     control_plane.kubectl("-n", namespace, "delete", "dfd/gone", "--wait=true", "--timeout=30s")
     core = kubernetes.client.CoreV1Api(api_client)
@@ -191,9 +198,11 @@ def test_spec_admitted_but_unrenderable_is_stalled_without_children(
     assert "tensorParallelSize" in cond["message"]
     assert condition(stalled, "Ready")["status"] == "False"
     assert deployment(api_client, namespace, "stuck") is None
+    jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace).items
+    assert jobs == [], "an unrenderable spec must not start a download either"
 
     # Fixing the spec recovers without a restart of anything.
-    apply(control_plane, namespace, dfd("stuck"))
+    apply_with_cache(control_plane, api_client, namespace, dfd("stuck"))
     wait_for(lambda: deployment(api_client, namespace, "stuck"), "the Deployment after the fix")
     wait_for(lambda: condition_is(api_client, namespace, "stuck", "Stalled", "False"), "Stalled=False")
 
@@ -242,7 +251,7 @@ def metrics_on(request) -> Iterator:
 
 def test_acceptance_from_pod_metrics_lands_in_status(control_plane: ControlPlane, api_client, operator,
                                                      namespace: str, metrics_on) -> None:
-    apply(control_plane, namespace, dfd("measured", readiness={"minAcceptanceRate": 0.5}))
+    apply_with_cache(control_plane, api_client, namespace, dfd("measured", readiness={"minAcceptanceRate": 0.5}))
     core = kubernetes.client.CoreV1Api(api_client)
     pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(
         namespace, label_selector=SELECTOR.format("measured")).items if p.status.pod_ip), None), "a pod IP")

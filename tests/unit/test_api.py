@@ -67,7 +67,7 @@ def test_subresources_and_printer_columns() -> None:
         "labelSelectorPath": ".status.selector"}
     assert version["subresources"]["status"] == {}
     names = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert names[:5] == ["Ready", "Replicas", "Target", "Draft", "Acceptance"] and names[-1] == "Age"
+    assert names[:6] == ["Ready", "Replicas", "Target", "Draft", "Cache", "Acceptance"] and names[-1] == "Age"
 
 
 def test_pydantic_model_rejects_what_the_schema_rejects() -> None:

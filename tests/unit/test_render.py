@@ -9,9 +9,11 @@ import pytest
 import yaml
 
 from dflash_operator.api import DFlashDeployment
+from dflash_operator.desired import desired_objects
 from dflash_operator.render import (
-    InvalidSpec, RenderConfig, desired_objects, render_deployment, reserved_flag_collisions, speculative_config,
+    CacheFacts, InvalidSpec, RenderConfig, render_deployment, reserved_flag_collisions, speculative_config,
 )
+from dflash_operator.render_cache import CacheConfig, cache_name
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name.removesuffix(".input.yaml") for p in GOLDEN.glob("*.input.yaml"))
@@ -21,9 +23,18 @@ def load(case: str) -> DFlashDeployment:
     return DFlashDeployment.model_validate(yaml.safe_load((GOLDEN / f"{case}.input.yaml").read_text()))
 
 
+def facts(dfd: DFlashDeployment) -> CacheFacts:
+    # No commits: exactly what `dflash-operator render` shows before the cache Job has resolved them.
+    return CacheFacts(claim_name=cache_name(dfd))
+
+
+def render_all(dfd: DFlashDeployment) -> list[dict]:
+    return desired_objects(dfd, RenderConfig(), CacheConfig(), facts(dfd))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_rendered_objects_match_golden_file(case: str) -> None:
-    rendered = yaml.safe_dump_all(desired_objects(load(case), RenderConfig()), sort_keys=False, width=120)
+    rendered = yaml.safe_dump_all(render_all(load(case)), sort_keys=False, width=120)
     golden = GOLDEN / f"{case}.output.yaml"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(rendered)
@@ -37,19 +48,19 @@ def test_golden_cases_exist() -> None:
 
 def test_rendering_is_deterministic() -> None:
     dfd = load("full")
-    assert desired_objects(dfd, RenderConfig()) == desired_objects(load("full"), RenderConfig())
+    assert render_all(dfd) == render_all(load("full"))
 
 
 def test_gpu_limit_and_request_equal_tensor_parallel_size() -> None:
-    container = render_deployment(load("full"), RenderConfig())["spec"]["template"]["spec"]["containers"][0]
+    container = render_deployment(load("full"), RenderConfig(), facts(load("full")))["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"]["amd.com/gpu"] == "4"
     assert container["resources"]["requests"]["amd.com/gpu"] == "4"
     assert container["resources"]["limits"]["memory"] == "256Gi"
 
 
-def test_speculative_config_is_compact_json_with_method_dflash() -> None:
+def test_speculative_config_is_compact_json_with_method_dflash_and_the_cached_draft() -> None:
     assert speculative_config(load("minimal").spec) == (
-        '{"method":"dflash","model":"z-lab/Qwen3-Coder-Next-DFlash","num_speculative_tokens":8,"revision":"main"}'
+        '{"method":"dflash","model":"/models/draft","num_speculative_tokens":8}'
     )
 
 
@@ -78,13 +89,42 @@ def _with(case: str, **spec: object) -> DFlashDeployment:
 ])
 def test_unrenderable_specs_raise_with_a_reason(spec: dict, reason: str) -> None:
     with pytest.raises(InvalidSpec) as error:
-        desired_objects(_with("full", **spec), RenderConfig())
+        render_all(_with("full", **spec))
     assert error.value.reason == reason
 
 
-def test_hub_token_is_passed_by_reference_only() -> None:
-    rendered = yaml.safe_dump_all(desired_objects(load("full"), RenderConfig()))
-    env = render_deployment(load("full"), RenderConfig())["spec"]["template"]["spec"]["containers"][0]["env"]
+def test_hub_token_reaches_only_the_cache_job_and_by_reference() -> None:
+    objects = render_all(load("full"))
+    job = next(o for o in objects if o["kind"] == "Job")
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     token = next(e for e in env if e["name"] == "HF_TOKEN")
-    assert token["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
-    assert "value" not in token and "hf-token" in rendered
+    assert token == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    others = yaml.safe_dump_all([o for o in objects if o["kind"] != "Job"])
+    assert "hf-token" not in others and "HF_TOKEN" not in others
+
+
+def test_serving_pods_mount_the_cache_read_only_and_run_offline() -> None:
+    dfd = load("minimal")
+    pod = render_deployment(dfd, RenderConfig(), facts(dfd))["spec"]["template"]["spec"]
+    models = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert models["persistentVolumeClaim"] == {"claimName": cache_name(dfd), "readOnly": True}
+    container = pod["containers"][0]
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
+    assert container["args"][0] == "/models/target"
+    assert all(m.get("readOnly") for m in container["volumeMounts"] if m["name"] == "models")
+
+
+def test_same_pair_shares_one_cache_and_another_pair_does_not() -> None:
+    a, b = load("minimal"), _with("minimal", draft={"repo": "z-lab/Other-DFlash"})
+    same = DFlashDeployment.model_validate({**a.model_dump(by_alias=True), "metadata": {
+        **a.metadata, "name": "second", "uid": "other"}})
+    assert cache_name(a) == cache_name(same) != cache_name(b)
+
+
+def test_resolved_commits_roll_the_pods() -> None:
+    dfd = load("minimal")
+    before = render_deployment(dfd, RenderConfig(), facts(dfd))["spec"]["template"]
+    after = render_deployment(dfd, RenderConfig(), CacheFacts(cache_name(dfd), "a" * 40, "b" * 40))["spec"]["template"]
+    assert after["metadata"]["annotations"] == {"serving.dflash.dev/target-commit": "a" * 40,
+                                                "serving.dflash.dev/draft-commit": "b" * 40}
+    assert before != after

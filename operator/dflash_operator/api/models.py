@@ -223,6 +223,25 @@ class SpeculationStatus(ApiModel):
     pods_measured: Annotated[int | None, Field(description="Ready pods whose metrics were read.")] = None
 
 
+class ModelProgress(ApiModel):
+    """Download progress of one model."""
+
+    bytes_done: Annotated[int | None, Field(description="Bytes cached and verified so far.")] = None
+    bytes_total: Annotated[int | None, Field(description="Bytes of the model at the resolved commit.")] = None
+
+
+class CacheStatus(ApiModel):
+    """The paired cache this deployment uses."""
+
+    name: Annotated[str | None, Field(description="Name of the cache PVC and of its download Job.")] = None
+    phase: Annotated[str | None, Field(description="Downloading, Failed or Complete.")] = None
+    message: Annotated[str | None, Field(description="What the cache Job reports.")] = None
+    percent: Annotated[float | None, Field(description="Bytes done over bytes total of both models, in percent.")
+                       ] = None
+    target: Annotated[ModelProgress | None, Field(description="Progress of the target model.")] = None
+    draft: Annotated[ModelProgress | None, Field(description="Progress of the draft model.")] = None
+
+
 class DFlashDeploymentStatus(ApiModel):
     """Observed state, written only by the operator."""
 
@@ -234,6 +253,7 @@ class DFlashDeploymentStatus(ApiModel):
     resolved: Annotated[ResolvedRevisions | None, Field(description="Resolved revisions.")] = None
     endpoint: Annotated[str | None, Field(description="In-cluster URL of the OpenAI-compatible API.")] = None
     speculation: Annotated[SpeculationStatus | None, Field(description="Speculative decoding metrics.")] = None
+    cache: Annotated[CacheStatus | None, Field(description="The paired model cache.")] = None
 
 
 class DFlashDeployment(ApiModel):

@@ -1,0 +1,148 @@
+"""Pure renderers of the paired model cache: one PVC and one download Job per (target@revision, draft@revision).
+
+The name is derived from the pair, so every DFlashDeployment in a namespace that asks for the same pair finds the
+same cache: a second deployment, a new replica or a restart downloads nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from dflash_operator.api import GROUP, KIND, VERSION, DFlashDeployment
+
+CACHE_MOUNT = "/cache"
+INCOMPATIBLE_EXIT_CODE = 3
+PAIR_LABEL = f"{GROUP}/cache-pair"
+MANAGED_BY = "dflash-operator"
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Operator-level settings of the cache Job; passed in, never read from globals."""
+
+    image: str = "ghcr.io/dflash-dev/dflash-operator:0.1.0"
+    backoff_limit: int = 6
+
+
+def pair_key(dfd: DFlashDeployment) -> str:
+    spec = dfd.spec
+    pair = f"{spec.target.repo}@{spec.target.revision}|{spec.draft.repo}@{spec.draft.revision}"
+    return hashlib.sha256(pair.encode()).hexdigest()[:12]
+
+
+def cache_name(dfd: DFlashDeployment) -> str:
+    return f"dflash-cache-{pair_key(dfd)}"
+
+
+def cache_field_manager(dfd: DFlashDeployment) -> str:
+    # Each sharer applies the shared objects under its own manager, so one DFlashDeployment's apply never drops
+    # another's ownerReference (a list keyed by uid that SSA merges per manager).
+    return f"dflash-operator-{dfd.metadata['uid']}"
+
+
+def cache_labels(dfd: DFlashDeployment) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "dflash-cache",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        PAIR_LABEL: pair_key(dfd),
+    }
+
+
+def _annotations(dfd: DFlashDeployment) -> dict[str, str]:
+    spec = dfd.spec
+    return {
+        f"{GROUP}/target": f"{spec.target.repo}@{spec.target.revision}",
+        f"{GROUP}/draft": f"{spec.draft.repo}@{spec.draft.revision}",
+    }
+
+
+def _sharer_reference(dfd: DFlashDeployment) -> dict[str, Any]:
+    # Not a controller reference: several DFlashDeployments may own one cache; the GC deletes it after the last.
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": dfd.metadata["name"],
+            "uid": dfd.metadata["uid"], "blockOwnerDeletion": False}
+
+
+def render_cache_pvc(dfd: DFlashDeployment) -> dict[str, Any]:
+    cache = dfd.spec.cache
+    metadata: dict[str, Any] = {
+        "name": cache_name(dfd),
+        "namespace": dfd.metadata["namespace"],
+        "labels": cache_labels(dfd),
+        "annotations": _annotations(dfd),
+    }
+    if cache.retain_policy == "Delete":
+        metadata["ownerReferences"] = [_sharer_reference(dfd)]
+    spec: dict[str, Any] = {
+        "accessModes": [cache.access_mode],
+        "resources": {"requests": {"storage": cache.size}},
+        "volumeMode": "Filesystem",
+    }
+    if cache.storage_class_name is not None:
+        spec["storageClassName"] = cache.storage_class_name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
+
+
+def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, Any]:
+    spec = dfd.spec
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": "/tmp/hf"},
+        {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+    ]
+    if spec.hub_token_secret_ref is not None:
+        # The only place the token reaches: this Job's environment, by reference to the user's Secret.
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": spec.hub_token_secret_ref.name, "key": spec.hub_token_secret_ref.key}}})
+    container = {
+        "name": "fetch",
+        "image": config.image,
+        "command": ["python", "-m", "dflash_operator.fetch"],
+        "args": [
+            "--target", f"{spec.target.repo}@{spec.target.revision}",
+            "--draft", f"{spec.draft.repo}@{spec.draft.revision}",
+            "--dest", CACHE_MOUNT,
+        ],
+        "env": env,
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        "terminationMessagePolicy": "File",
+        "securityContext": {
+            "runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": cache_name(dfd),
+            "namespace": dfd.metadata["namespace"],
+            "labels": cache_labels(dfd),
+            "annotations": _annotations(dfd),
+            # The Job is the cache's helper, not its owner: it goes with whoever uses the cache.
+            "ownerReferences": [_sharer_reference(dfd)],
+        },
+        "spec": {
+            # Retries resume where the last attempt stopped; the manifest makes a finished cache a quick no-op.
+            "backoffLimit": config.backoff_limit,
+            # Exit 3 is the program's verdict "cached, but the pair is incompatible": retrying cannot change it.
+            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
+                "containerName": "fetch", "operator": "In", "values": [INCOMPATIBLE_EXIT_CODE]}}]},
+            "template": {
+                "metadata": {"labels": cache_labels(dfd)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    # The program talks to the hub only, never to the API server.
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"fsGroup": 65532},
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "cache", "persistentVolumeClaim": {"claimName": cache_name(dfd)}},
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }

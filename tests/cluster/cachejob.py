@@ -1,0 +1,65 @@
+"""Plays the kubelet for the cache Job's pod, which kwok cannot run: the pod ends with the exit code and the
+termination message that dflash_operator.fetch leaves (the hub tier runs that program for real), and a
+PersistentVolume is bound to the cache claim as a storage provisioner would."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes
+from conftest import wait_for
+
+CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
+TARGET_COMMIT = "1" * 40
+DRAFT_COMMIT = "2" * 40
+
+
+def fetch_result(problems: list[dict] | None = None, error: str | None = None) -> dict:
+    return {"ok": not problems and not error, "targetCommit": TARGET_COMMIT, "draftCommit": DRAFT_COMMIT,
+            "problems": problems or [], "error": error}
+
+
+def cache_job(api_client, namespace: str):
+    jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace, label_selector=CACHE_SELECTOR)
+    return jobs.items[0] if jobs.items else None
+
+
+def bind_cache_volume(api_client, namespace: str, claim: str) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"{namespace}-{claim}"[:63]},
+        "spec": {
+            "capacity": {"storage": "2Ti"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+            "hostPath": {"path": f"/var/lib/dflash-test/{namespace}/{claim}"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    })
+    wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound",
+             "the cache claim to bind")
+
+
+def finish_cache_job(api_client, namespace: str, result: dict, exit_code: int = 0, bind: bool = True) -> str:
+    """Ends the running cache pod like the kubelet would; returns the cache name."""
+    job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
+    name = job.metadata.name
+    if bind:
+        bind_cache_volume(api_client, namespace, name)
+    core = kubernetes.client.CoreV1Api(api_client)
+    pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")
+                                 .items if p.status.phase == "Running"), None), "the cache pod to run")
+    started = pod.status.container_statuses[0].state.running.started_at.isoformat().replace("+00:00", "Z")
+    core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+        "containerStatuses": [{
+            "name": "fetch", "image": pod.spec.containers[0].image, "imageID": "", "ready": False,
+            "restartCount": 0, "started": False,
+            "state": {"terminated": {
+                "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                "message": json.dumps(result), "startedAt": started, "finishedAt": started,
+            }},
+        }],
+    }})
+    return name

@@ -1,0 +1,128 @@
+"""The paired cache on the real control plane: PVC + Job first, GPU pods only for a cached, compatible pair."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import kubernetes
+import pytest
+from cachejob import DRAFT_COMMIT, TARGET_COMMIT, cache_job, fetch_result, finish_cache_job
+from conftest import wait_for
+from controlplane import ControlPlane
+from test_dflashdeployment import apply, condition, condition_is, deployment, dfd, get_dfd
+
+pytestmark = pytest.mark.cluster
+
+
+def test_cache_comes_first_and_gates_the_gpu_pods(control_plane: ControlPlane, api_client, operator,
+                                                   namespace: str) -> None:
+    apply(control_plane, namespace, dfd("paired", cache={"size": "300Gi", "retainPolicy": "Delete"}))
+    job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
+    core = kubernetes.client.CoreV1Api(api_client)
+    pvc = core.read_namespaced_persistent_volume_claim(job.metadata.name, namespace)
+    assert pvc.spec.access_modes == ["ReadWriteMany"] and pvc.spec.resources.requests["storage"] == "300Gi"
+    assert pvc.metadata.labels["serving.dflash.dev/cache-pair"] == job.metadata.labels["serving.dflash.dev/cache-pair"]
+    assert [r.name for r in pvc.metadata.owner_references] == ["paired"], "retainPolicy Delete: owned by its users"
+    assert job.spec.template.spec.automount_service_account_token is False
+    args = job.spec.template.spec.containers[0].args
+    assert args == ["--target", "Qwen/Qwen3-Coder-Next@main", "--draft", "z-lab/Qwen3-Coder-Next-DFlash@main",
+                    "--dest", "/cache"]
+
+    waiting = wait_for(lambda: condition_is(api_client, namespace, "paired", "CacheReady", "False"), "CacheReady")
+    assert condition(waiting, "ModelsCompatible")["status"] == "Unknown"
+    assert condition(waiting, "Ready")["reason"] == "CacheNotReady"
+    assert waiting["status"]["cache"]["phase"] == "Downloading"
+    assert deployment(api_client, namespace, "paired") is None, "a GPU Deployment before the cache is ready"
+
+    finish_cache_job(api_client, namespace, fetch_result())
+    ready = wait_for(lambda: condition_is(api_client, namespace, "paired", "ModelsCompatible", "True"),
+                     "ModelsCompatible=True")
+    assert condition(ready, "CacheReady")["status"] == "True"
+    assert ready["status"]["resolved"] == {"targetCommit": TARGET_COMMIT, "draftCommit": DRAFT_COMMIT}
+    assert ready["status"]["cache"]["phase"] == "Complete"
+    dep = wait_for(lambda: deployment(api_client, namespace, "paired"), "the serving Deployment")
+    volume = next(v for v in dep.spec.template.spec.volumes if v.name == "models")
+    assert volume.persistent_volume_claim.claim_name == job.metadata.name
+    assert volume.persistent_volume_claim.read_only is True
+    annotations = dep.spec.template.metadata.annotations
+    assert annotations["serving.dflash.dev/target-commit"] == TARGET_COMMIT
+    wait_for(lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/instance=paired").items),
+        "a serving pod scheduled with the bound cache claim")
+
+
+@pytest.mark.parametrize("problem", [
+    {"code": "HiddenSizeMismatch", "message": "target hidden_size 128 != draft target_hidden_size 256"},
+    {"code": "VocabSizeMismatch", "message": "target vocab_size 1024 != draft vocab_size 2048"},
+    {"code": "TargetLayerOutOfRange", "message": "draft target_layer_ids [1, 9]: 9 is not a layer of the 4-layer target"},
+])
+def test_incompatible_pair_gets_no_gpu_pod(control_plane: ControlPlane, api_client, operator, namespace: str,
+                                           problem: dict) -> None:
+    apply(control_plane, namespace, dfd("mismatch"))
+    finish_cache_job(api_client, namespace, fetch_result(problems=[problem]), exit_code=3)
+    stalled = wait_for(lambda: condition_is(api_client, namespace, "mismatch", "ModelsCompatible", "False"),
+                       "ModelsCompatible=False")
+    assert condition(stalled, "ModelsCompatible")["reason"] == "IncompatiblePair"
+    assert problem["message"] in condition(stalled, "ModelsCompatible")["message"]
+    assert condition(stalled, "Stalled")["status"] == "True"
+    assert deployment(api_client, namespace, "mismatch") is None
+    job = cache_job(api_client, namespace)
+    assert any(c.type == "Failed" and c.status == "True" for c in job.status.conditions or []), \
+        "exit 3 must fail the Job at once (podFailurePolicy), not retry a verdict"
+    core = kubernetes.client.CoreV1Api(api_client)
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=mismatch").items
+    assert any(e.reason == "IncompatiblePair" and e.type == "Warning" for e in events)
+
+
+def test_failed_download_is_reported_while_the_job_retries(control_plane: ControlPlane, api_client, operator,
+                                                           namespace: str) -> None:
+    apply(control_plane, namespace, dfd("norev", draft={"repo": "z-lab/x", "revision": "nope"}))
+    error = "revision 'nope' of z-lab/x not found on the hub"
+    finish_cache_job(api_client, namespace, fetch_result(error=error), exit_code=1)
+
+    def retrying():
+        obj = get_dfd(api_client, namespace, "norev")
+        return obj if error in (obj.get("status") or {}).get("cache", {}).get("message", "") else None
+
+    obj = wait_for(retrying, "the download error in status.cache")
+    assert condition(obj, "CacheReady")["status"] == "False"
+    assert deployment(api_client, namespace, "norev") is None
+
+
+def test_two_deployments_of_one_pair_share_one_cache(control_plane: ControlPlane, api_client, operator,
+                                                     namespace: str) -> None:
+    apply(control_plane, namespace, dfd("first"))
+    apply(control_plane, namespace, dfd("second", numSpeculativeTokens=4))
+    job = wait_for(lambda: (j := cache_job(api_client, namespace)) and len(j.metadata.owner_references) == 2 and j,
+                   "the shared Job owned by both")
+    assert sorted(r.name for r in job.metadata.owner_references) == ["first", "second"]
+    finish_cache_job(api_client, namespace, fetch_result())
+    for name in ("first", "second"):
+        wait_for(lambda: deployment(api_client, namespace, name), f"the Deployment of {name}")
+    jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace).items
+    assert len(jobs) == 1
+    assert kubernetes.client.CoreV1Api(api_client).read_namespaced_persistent_volume_claim(
+        job.metadata.name, namespace).metadata.owner_references is None, "retainPolicy Keep: the cache outlives users"
+
+
+def test_hub_token_stays_in_the_secret(control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
+    token = "hf_test_" + "x" * 30
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "hub"},
+                                              "data": {"token": base64.b64encode(token.encode()).decode()}})
+    apply(control_plane, namespace, dfd("gated", hubTokenSecretRef={"name": "hub"}))
+    finish_cache_job(api_client, namespace, fetch_result())
+    wait_for(lambda: deployment(api_client, namespace, "gated"), "the Deployment")
+    job = cache_job(api_client, namespace)
+    env = {e.name: e for e in job.spec.template.spec.containers[0].env}
+    assert env["HF_TOKEN"].value_from.secret_key_ref.name == "hub" and env["HF_TOKEN"].value is None
+    everything = json.dumps([
+        get_dfd(api_client, namespace, "gated"),
+        kubernetes.client.ApiClient().sanitize_for_serialization(
+            kubernetes.client.AppsV1Api(api_client).read_namespaced_deployment("gated", namespace)),
+        [e.message for e in core.list_namespaced_event(namespace).items],
+    ])
+    assert token not in everything
+    assert "HF_TOKEN" not in json.dumps(kubernetes.client.ApiClient().sanitize_for_serialization(
+        kubernetes.client.AppsV1Api(api_client).read_namespaced_deployment("gated", namespace)))

@@ -1,0 +1,249 @@
+"""Draft/target compatibility: each mismatch yields exactly its problem, with the numbers; several yield all."""
+
+from __future__ import annotations
+
+import copy
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from dflash_operator.pairing import (
+    Problem,
+    check_configs,
+    check_pair,
+    main_check_pair,
+    tokenizer_fingerprint,
+)
+
+TARGET = {
+    "architectures": ["Qwen3NextForCausalLM"],
+    "model_type": "qwen3_next",
+    "hidden_size": 128,
+    "vocab_size": 2048,
+    "num_hidden_layers": 4,
+}
+DRAFT = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 128,
+    "target_hidden_size": 128,
+    "vocab_size": 2048,
+    "num_hidden_layers": 1,
+    "block_size": 16,
+    "dflash_config": {"mask_token_id": 2047, "target_layer_ids": [1, 2]},
+}
+TOKENIZER = {
+    "version": "1.0",
+    "added_tokens": [{"id": 2047, "content": "<|MASK|>", "special": True}],
+    "normalizer": None,
+    "pre_tokenizer": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+}
+
+
+def check(target: dict | None = None, draft: dict | None = None, *, tok_t: str | None = "t", tok_d: str | None = None,
+          k: int | None = 15, d2t: bool | None = None) -> list[Problem]:
+    return check_configs(target or TARGET, draft or DRAFT, target_tokenizer=tok_t, draft_tokenizer=tok_d,
+                         num_speculative_tokens=k, draft_has_d2t=d2t)
+
+
+def with_(base: dict, **changes) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if key in ("mask_token_id", "target_layer_ids"):
+            out["dflash_config"][key] = value
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def only(problems: list[Problem]) -> Problem:
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+def test_compatible_pair_has_no_problem() -> None:
+    assert check() == []
+    assert check(tok_d="t") == []  # same tokenizer on both sides
+    assert check(k=None) == []
+
+
+def test_hidden_size_mismatch() -> None:
+    p = only(check(target=with_(TARGET, hidden_size=256)))
+    assert p.code == "HiddenSizeMismatch"
+    assert "128" in p.message and "256" in p.message and "target_hidden_size" in p.message
+
+
+def test_hidden_size_falls_back_to_the_drafts_hidden_size() -> None:
+    p = only(check(draft=with_(DRAFT, target_hidden_size=None, hidden_size=64)))
+    assert p.code == "HiddenSizeMismatch" and "64 (its hidden_size)" in p.message
+
+
+def test_vocab_mismatch() -> None:
+    p = only(check(draft=with_(DRAFT, vocab_size=4096)))
+    assert p.code == "VocabSizeMismatch"
+    assert "4096" in p.message and "2048" in p.message
+
+
+def test_reduced_draft_vocab_needs_d2t_only_when_known_missing() -> None:
+    draft = with_(DRAFT, draft_vocab_size=1024)
+    assert check(draft=draft, d2t=True) == []
+    assert check(draft=draft, d2t=None) == []  # configs alone cannot tell
+    p = only(check(draft=draft, d2t=False))
+    assert p.code == "DraftVocabMappingMissing" and "1024" in p.message and "2048" in p.message
+    assert only(check(draft=with_(DRAFT, draft_vocab_size=4096))).code == "DraftVocabSizeInvalid"
+
+
+@pytest.mark.parametrize("bad", [4, 7, -1])
+def test_each_bad_layer_id(bad: int) -> None:
+    p = only(check(draft=with_(DRAFT, target_layer_ids=[1, bad])))
+    assert p.code == "TargetLayerIdOutOfRange"
+    assert f"target_layer_ids[1] = {bad}" in p.message and "4 layers [0, 4)" in p.message
+
+
+def test_every_bad_layer_id_is_reported() -> None:
+    problems = check(draft=with_(DRAFT, target_layer_ids=[0, 9, 3, 12]))
+    assert [p.code for p in problems] == ["TargetLayerIdOutOfRange"] * 2
+    assert "[1] = 9" in problems[0].message and "[3] = 12" in problems[1].message
+
+
+def test_layer_ids_missing_or_not_integers() -> None:
+    draft = with_(DRAFT)
+    del draft["dflash_config"]["target_layer_ids"]
+    assert only(check(draft=draft)).code == "TargetLayerIdsMissing"
+    assert only(check(draft=with_(DRAFT, target_layer_ids=[1, "2"]))).code == "TargetLayerIdInvalid"
+
+
+def test_mask_token_out_of_range() -> None:
+    p = only(check(draft=with_(DRAFT, mask_token_id=2048)))
+    assert p.code == "MaskTokenIdOutOfRange" and "2048" in p.message and "[0, 2048)" in p.message
+
+
+def test_mask_token_missing() -> None:
+    draft = with_(DRAFT)
+    del draft["dflash_config"]["mask_token_id"]
+    assert only(check(draft=draft)).code == "MaskTokenIdMissing"
+
+
+def test_mask_token_at_top_level_is_accepted_as_vllm_does() -> None:
+    draft = with_(DRAFT, mask_token_id=None)
+    del draft["dflash_config"]["mask_token_id"]
+    draft["mask_token_id"] = 5
+    assert check(draft=draft) == []
+
+
+def test_tokenizer_differs() -> None:
+    p = only(check(tok_t="tokenizer.json:sha256:" + "a" * 64, tok_d="tokenizer.json:sha256:" + "b" * 64))
+    assert p.code == "TokenizerMismatch" and "aaaaaaaaaaaa" in p.message and "bbbbbbbbbbbb" in p.message
+
+
+def test_draft_tokenizer_without_target_tokenizer_cannot_be_verified() -> None:
+    assert only(check(tok_t=None, tok_d="x:y")).code == "TokenizerUnverifiable"
+    assert check(tok_t=None, tok_d=None) == []
+
+
+def test_wrong_architecture() -> None:
+    p = only(check(draft=with_(DRAFT, architectures=["Qwen3ForCausalLM"])))
+    assert p.code == "UnsupportedDraftArchitecture" and "Qwen3ForCausalLM" in p.message
+
+
+def test_too_many_speculative_tokens() -> None:
+    assert check(k=15) == []
+    p = only(check(k=16))
+    assert p.code == "TooManySpeculativeTokens" and "16" in p.message and "= 15" in p.message
+    nested = with_(DRAFT, block_size=None)
+    nested["dflash_config"]["block_size"] = 8
+    assert only(check(draft=nested, k=8)).code == "TooManySpeculativeTokens"
+    assert check(draft=with_(DRAFT, block_size=None), k=64) == []  # no declared block size: nothing to check
+    assert only(check(k=0)).code == "SpeculativeTokensInvalid"
+
+
+def test_target_fields_under_text_config() -> None:
+    target = {"architectures": ["X"], "text_config": {"hidden_size": 128, "vocab_size": 2048, "num_hidden_layers": 2}}
+    p = only(check(target=target))
+    assert p.code == "TargetLayerIdOutOfRange" and "[1] = 2" in p.message
+
+
+def test_incomplete_configs_are_problems_not_crashes() -> None:
+    problems = check(target=with_(TARGET, vocab_size=None, hidden_size="128"))
+    assert sorted(p.code for p in problems) == ["TargetConfigIncomplete"] * 2
+
+
+def test_several_problems_at_once_are_all_reported() -> None:
+    draft = with_(DRAFT, target_hidden_size=64, vocab_size=1000, mask_token_id=5000, target_layer_ids=[2, 4, 8],
+                  architectures=["Nope"])
+    codes = [p.code for p in check(draft=draft, tok_t="a:1", tok_d="a:2", k=20)]
+    assert codes == ["UnsupportedDraftArchitecture", "HiddenSizeMismatch", "VocabSizeMismatch",
+                     "TargetLayerIdOutOfRange", "TargetLayerIdOutOfRange", "MaskTokenIdOutOfRange",
+                     "TokenizerMismatch", "TooManySpeculativeTokens"]
+
+
+# --- on directories ---
+
+def write_model(path: Path, config: dict, tokenizer: dict | None = None, tensors: list[str] | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    if tokenizer is not None:
+        (path / "tokenizer.json").write_text(json.dumps(tokenizer, indent=2))
+    if tensors is not None:
+        header = json.dumps({n: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+                             for i, n in enumerate(tensors)}).encode()
+        (path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4 * len(tensors))
+    return path
+
+
+def test_fingerprint_ignores_formatting_and_decoder_but_not_vocab(tmp_path: Path) -> None:
+    a = write_model(tmp_path / "a", TARGET, TOKENIZER)
+    b = write_model(tmp_path / "b", TARGET)
+    reordered = dict(reversed(list(TOKENIZER.items())))
+    reordered["decoder"] = {"type": "ByteLevel"}
+    (b / "tokenizer.json").write_text(json.dumps(reordered))
+    assert tokenizer_fingerprint(a) == tokenizer_fingerprint(b) is not None
+    changed = copy.deepcopy(TOKENIZER)
+    changed["model"]["vocab"]["c"] = 2
+    c = write_model(tmp_path / "c", TARGET, changed)
+    assert tokenizer_fingerprint(c) != tokenizer_fingerprint(a)
+    assert tokenizer_fingerprint(write_model(tmp_path / "d", TARGET)) is None
+    (tmp_path / "d" / "vocab.json").write_text('{"a": 0}')
+    assert tokenizer_fingerprint(tmp_path / "d").startswith("vocab-files:sha256:")
+
+
+def test_check_pair_on_directories(tmp_path: Path) -> None:
+    target = write_model(tmp_path / "t", TARGET, TOKENIZER)
+    draft = write_model(tmp_path / "d", DRAFT)  # no tokenizer: shares the target's
+    assert check_pair(target, draft, 15) == []
+    other = copy.deepcopy(TOKENIZER)
+    other["added_tokens"][0]["content"] = "<|mask|>"
+    (draft / "tokenizer.json").write_text(json.dumps(other))
+    assert [p.code for p in check_pair(target, draft)] == ["TokenizerMismatch"]
+
+
+def test_check_pair_reads_d2t_from_safetensors_headers(tmp_path: Path) -> None:
+    target = write_model(tmp_path / "t", TARGET, TOKENIZER)
+    reduced = with_(DRAFT, draft_vocab_size=1024)
+    without = write_model(tmp_path / "d1", reduced, tensors=["fc.weight", "norm.weight"])
+    assert [p.code for p in check_pair(target, without)] == ["DraftVocabMappingMissing"]
+    with_map = write_model(tmp_path / "d2", reduced, tensors=["fc.weight", "d2t"])
+    assert check_pair(target, with_map) == []
+
+
+def test_cli_exit_codes_and_output(tmp_path: Path, capsys) -> None:
+    target = write_model(tmp_path / "t", TARGET, TOKENIZER)
+    draft = write_model(tmp_path / "d", with_(DRAFT, vocab_size=1000))
+    assert main_check_pair([str(target), str(target.parent / "missing")]) == 2
+    assert "config.json" in capsys.readouterr().err
+    assert main_check_pair([str(target), str(draft), "--num-speculative-tokens", "16"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["VocabSizeMismatch", "TooManySpeculativeTokens"]
+    assert main_check_pair([str(target), str(draft), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["compatible"] is False and report["problems"][0]["code"] == "VocabSizeMismatch"
+    (draft / "config.json").write_text(json.dumps(DRAFT))
+    assert main_check_pair([str(target), str(draft)]) == 0
+    assert capsys.readouterr().out.strip() == "compatible"
+    (draft / "config.json").write_text("{not json")
+    assert main_check_pair([str(target), str(draft)]) == 2
