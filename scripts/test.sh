@@ -17,6 +17,7 @@ tier() {  # tier <name> <command...>: runs one tier; pytest's exit 5 (no tests c
 
 tier unit .venv/bin/python -m pytest tests/unit -q
 tier cluster .venv/bin/python -m pytest tests/cluster -q
+tier hub bash tests/hub/run.sh
 tier vllm bash tests/vllm/run.sh
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -45,7 +45,8 @@ def parse_progress_line(line: str) -> dict[str, Any]:
         event = json.loads(line)
     except ValueError:
         return {}
-    if not isinstance(event, dict) or event.get("event") != "progress":
+    # "complete" carries the same figures as "progress"; other events (resolved, corrupt, ...) carry none.
+    if not isinstance(event, dict) or event.get("event") not in ("progress", "complete"):
         return {}
     progress: dict[str, Any] = {}
     for model in ("target", "draft"):

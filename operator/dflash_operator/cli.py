@@ -17,7 +17,8 @@ def _crd(args: argparse.Namespace) -> int:
 
     text = render_crd_yaml()
     if args.output:
-        Path(args.output).write_text(text)
+        for path in args.output:
+            Path(path).write_text(text)
     else:
         sys.stdout.write(text)
     return 0
@@ -57,9 +58,19 @@ def _run(args: argparse.Namespace) -> int:
     return run_operator(namespaces=args.namespace, liveness=args.liveness)
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    print(f"dflash-operator {args.command}: not implemented yet", file=sys.stderr)
-    return 2
+def _check_pair(args: argparse.Namespace) -> int:
+    from dflash_operator.pairing import main_check_pair
+
+    argv = [args.target_dir, args.draft_dir] + (["--json"] if args.json else [])
+    if args.num_speculative_tokens is not None:
+        argv += ["--num-speculative-tokens", str(args.num_speculative_tokens)]
+    return main_check_pair(argv)
+
+
+def _fetch_cache(args: argparse.Namespace) -> int:
+    from dflash_operator.fetch import main as fetch_main
+
+    return fetch_main(args.rest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,10 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-pair", help="check that a draft model fits a target model")
     check.add_argument("target_dir")
     check.add_argument("draft_dir")
-    check.set_defaults(handler=_not_yet)
+    check.add_argument("--num-speculative-tokens", type=int, default=None)
+    check.add_argument("--json", action="store_true", help="print the problems as JSON")
+    check.set_defaults(handler=_check_pair)
+
+    fetch = commands.add_parser("fetch-cache", add_help=False,
+                                help="download and verify a target/draft pair (what the cache Job runs)")
+    fetch.add_argument("rest", nargs=argparse.REMAINDER)
+    fetch.set_defaults(handler=_fetch_cache)
 
     crd = commands.add_parser("crd", help="print (or write) the CRD generated from the API models")
-    crd.add_argument("-o", "--output", help="write to this file instead of stdout")
+    crd.add_argument("-o", "--output", action="append",
+                     help="write to this file instead of stdout (repeatable: crds/ and the chart's copy)")
     crd.set_defaults(handler=_crd)
     return parser
 

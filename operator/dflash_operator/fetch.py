@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -318,7 +318,8 @@ class Hub:
         except HfHubHTTPError as error:
             raise FetchError(f"hub error on {repo}@{commit} {path}: {_first_line(error)}") from None
         except _transport_errors() as error:
-            raise FetchError(f"cannot reach the hub at {self.endpoint} for {repo} {path}: {_first_line(error)}") from None
+            reason = _first_line(error)
+            raise FetchError(f"cannot reach the hub at {self.endpoint} for {repo} {path}: {reason}") from None
         if meta.commit_hash and meta.commit_hash != commit:
             raise FetchError(f"{repo} {path}: hub served commit {meta.commit_hash}, expected {commit}")
         if meta.size is None:
@@ -396,7 +397,8 @@ def _transfer(hub: Hub, url: str, remote: RemoteFile, partial: Path, on_bytes: C
             raise _Retryable(f"{url}: HTTP {response.status_code}")
         if response.status_code not in (200, 206):
             raise FetchError(f"{url}: HTTP {response.status_code}")
-        if offset and (response.status_code == 200 or content_range_start(response.headers.get("content-range")) != offset):
+        ranged = content_range_start(response.headers.get("content-range"))
+        if offset and (response.status_code == 200 or ranged != offset):
             # The server ignored Range (olah's local mirrors do) or answered another range: start from zero.
             on_discard(offset)
             offset = 0
@@ -467,7 +469,7 @@ def _manifest(refs: dict[str, RepoRef], commits: dict[str, str], files: dict[str
         "numSpeculativeTokens": k,
         "compatible": not problems,
         "problems": [p.to_dict() for p in problems],
-        "completedAt": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "completedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 
@@ -490,6 +492,7 @@ def run(args: argparse.Namespace, emit: Callable[[str], None], commits: dict[str
     k = args.num_speculative_tokens
     started = time.monotonic()
     dest.mkdir(parents=True, exist_ok=True)
+    _lock(dest, emit)
     manifest = _read_json(dest / MANIFEST)
 
     # A pod restarted on a complete cache pinned by commit need not reach the hub at all.
@@ -523,7 +526,8 @@ def run(args: argparse.Namespace, emit: Callable[[str], None], commits: dict[str
                if (why := verify_local(dest / r / f.path, f, hashes=args.full_verify))]
         if not bad:
             problems = _pairing(dest, k)
-            if [p.to_dict() for p in problems] != manifest.get("problems") or manifest.get("numSpeculativeTokens") != k:
+            stale = [p.to_dict() for p in problems] != manifest.get("problems")
+            if stale or manifest.get("numSpeculativeTokens") != k:
                 write_atomic(dest / MANIFEST, _json_bytes({**manifest, "numSpeculativeTokens": k,
                                                            "compatible": not problems,
                                                            "problems": [p.to_dict() for p in problems]}))
@@ -622,10 +626,30 @@ def _json_bytes(data: Any) -> bytes:
     return (json.dumps(data, indent=2) + "\n").encode()
 
 
+def _ref_arg(text: str) -> RepoRef:
+    try:
+        return parse_ref(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _lock(dest: Path, emit: Callable[[str], None]) -> int:
+    """One fetch per cache directory: a retried Job can overlap its predecessor's terminating pod."""
+    import fcntl
+
+    fd = os.open(dest / ".fetch.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        emit(json.dumps({"event": "waiting", "reason": f"another fetch holds {dest / '.fetch.lock'}"}))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd  # closed (and so released) when the process exits
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dflash_operator.fetch", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", required=True, type=parse_ref, help="ORG/REPO@REVISION of the target model")
-    parser.add_argument("--draft", required=True, type=parse_ref, help="ORG/REPO@REVISION of the DFlash draft")
+    parser.add_argument("--target", required=True, type=_ref_arg, help="ORG/REPO@REVISION of the target model")
+    parser.add_argument("--draft", required=True, type=_ref_arg, help="ORG/REPO@REVISION of the DFlash draft")
     parser.add_argument("--dest", required=True, type=Path, help="cache directory (the volume's mount)")
     parser.add_argument("--num-speculative-tokens", type=int, default=None)
     parser.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))

@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 
+from dflash_operator import metrics
 from dflash_operator.api import GROUP, KIND, PLURAL, VERSION
 from dflash_operator.kube import Kube, load_client
 from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
@@ -40,16 +41,23 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.peering.standalone = True
     memo.kube = Kube(load_client())
     memo.config = config_from_env()
+    metrics.serve(int(os.environ.get("DFLASH_METRICS_PORT", "0")), os.environ.get("DFLASH_METRICS_ADDRESS", "0.0.0.0"))
 
 
 def _run(memo: kopf.Memo, body: dict[str, Any], measure: bool = False) -> None:
     def emit(kind: str, reason: str, message: str) -> None:
         kopf.event(body, type=kind, reason=reason, message=message)
 
-    try:
-        reconcile(memo.kube, body, memo.config, emit, measure=measure)
-    except RetryLater as error:
-        raise kopf.TemporaryError(str(error), delay=error.delay) from error
+    with metrics.RECONCILE_SECONDS.time():
+        try:
+            reconcile(memo.kube, body, memo.config, emit, measure=measure)
+        except RetryLater as error:
+            metrics.RECONCILES.labels("retry").inc()
+            raise kopf.TemporaryError(str(error), delay=error.delay) from error
+        except Exception:
+            metrics.RECONCILES.labels("error").inc()
+            raise
+    metrics.RECONCILES.labels("ok").inc()
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -76,7 +76,7 @@ def _text_value(target: dict, name: str) -> Any:
 
 
 def _short(fingerprint: str) -> str:
-    """'tokenizer.json:sha256:<64 hex>' -> 'tokenizer.json sha256:0123456789ab', enough to tell two apart in a message."""
+    """'tokenizer.json:sha256:<64 hex>' -> 'tokenizer.json sha256:0123456789ab': enough to tell two apart."""
     kind, _, rest = fingerprint.partition(":")
     return f"{kind} {rest[:19]}"
 
@@ -137,12 +137,13 @@ def check_configs(
         if not _is_int(d_out_vocab) or not 0 < d_out_vocab <= t_vocab:
             problems.append(Problem(
                 "DraftVocabSizeInvalid",
-                f"draft_vocab_size {d_out_vocab!r} must be a positive integer no larger than target vocab_size {t_vocab}"))
+                f"draft_vocab_size {d_out_vocab!r} must be a positive integer no larger than target vocab_size "
+                f"{t_vocab}"))
         elif d_out_vocab < t_vocab and draft_has_d2t is False:
             problems.append(Problem(
                 "DraftVocabMappingMissing",
-                f"draft_vocab_size {d_out_vocab} is below target vocab_size {t_vocab} but the draft ships no d2t tensor "
-                "mapping draft ids to target ids"))
+                f"draft_vocab_size {d_out_vocab} is below target vocab_size {t_vocab} but the draft ships no d2t "
+                "tensor mapping draft ids to target ids"))
 
     layer_ids = _draft_value(draft, "target_layer_ids")
     if not isinstance(layer_ids, list) or not layer_ids:

@@ -89,7 +89,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 @pytest.fixture(scope="session")
 def operator(control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
-    """The real operator (`dflash-operator run`) as its own process, cluster-wide, against the test API server."""
+    """The real operator (`dflash-operator run`) as its own process, against the test API server."""
     global _OPERATOR_LOG
     _OPERATOR_LOG = control_plane.workdir / "logs" / "operator.log"
     port = free_port()
@@ -102,7 +102,9 @@ def operator(control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
     }
     with _OPERATOR_LOG.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dflash_operator", "run", "--liveness", f"http://127.0.0.1:{port}/healthz"],
+            # Every namespace but sa-*, where test_chart runs an operator with the chart's RBAC on its own.
+            [sys.executable, "-m", "dflash_operator", "run", "-n", "*", "-n", "!sa-*",
+             "--liveness", f"http://127.0.0.1:{port}/healthz"],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:

@@ -70,9 +70,10 @@ def test_incompatible_pair_gets_no_gpu_pod(control_plane: ControlPlane, api_clie
     job = cache_job(api_client, namespace)
     assert any(c.type == "Failed" and c.status == "True" for c in job.status.conditions or []), \
         "exit 3 must fail the Job at once (podFailurePolicy), not retry a verdict"
+    assert job.status.failed == 1
     core = kubernetes.client.CoreV1Api(api_client)
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=mismatch").items
-    assert any(e.reason == "IncompatiblePair" and e.type == "Warning" for e in events)
+    wait_for(lambda: any(e.reason == "IncompatiblePair" and e.type == "Warning" for e in core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=mismatch").items), "the IncompatiblePair warning event")
 
 
 def test_failed_download_is_reported_while_the_job_retries(control_plane: ControlPlane, api_client, operator,

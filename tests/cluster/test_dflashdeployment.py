@@ -123,9 +123,10 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
                                    check=False)
     assert waited.returncode == 0, waited.stderr
 
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=coder").items
-    reasons = {e.reason for e in events if e.involved_object.kind == "DFlashDeployment"}
-    assert "AllReplicasReady" in reasons, reasons
+    # kopf posts events in the background; they follow the status shortly.
+    wait_for(lambda: "AllReplicasReady" in {e.reason for e in core.list_namespaced_event(
+        namespace, field_selector="involvedObject.name=coder").items if e.involved_object.kind == "DFlashDeployment"},
+        "the AllReplicasReady event")
 
 
 def test_scale_subresource_changes_the_pod_count(control_plane: ControlPlane, api_client, operator,

@@ -33,6 +33,6 @@ def test_render_reports_a_schema_error(tmp_path: Path, capsys) -> None:
     assert "draft" in capsys.readouterr().err
 
 
-def test_unbuilt_subcommand_fails_loudly(capsys) -> None:
-    assert main(["check-pair", "a", "b"]) == 2
-    assert "not implemented yet" in capsys.readouterr().err
+def test_check_pair_on_unreadable_dirs_fails_with_exit_2(tmp_path: Path, capsys) -> None:
+    assert main(["check-pair", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "cannot check pair" in capsys.readouterr().err
