@@ -4,6 +4,7 @@ PersistentVolume is bound to the cache claim as a storage provisioner would."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import kubernetes
@@ -40,15 +41,27 @@ def bind_cache_volume(api_client, namespace: str, claim: str) -> None:
              "the cache claim to bind")
 
 
-def finish_cache_job(api_client, namespace: str, result: dict, exit_code: int = 0, bind: bool = True) -> str:
-    """Ends the running cache pod like the kubelet would; returns the cache name."""
+def write_fetch_log(plane, lines: list[str]) -> None:
+    """What every cache container "printed", in the CRI log format kwok serves to `kubectl logs`."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    plane.fetch_log.write_text("".join(f"{stamp} stdout F {line}\n" for line in lines))
+
+
+def start_cache_job(api_client, namespace: str):
+    """Binds the cache claim and waits until the cache pod runs; returns (cache name, pod)."""
     job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
     name = job.metadata.name
-    if bind:
-        bind_cache_volume(api_client, namespace, name)
+    bind_cache_volume(api_client, namespace, name)
     core = kubernetes.client.CoreV1Api(api_client)
     pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")
                                  .items if p.status.phase == "Running"), None), "the cache pod to run")
+    return name, pod
+
+
+def finish_cache_job(api_client, namespace: str, result: dict, exit_code: int = 0) -> str:
+    """Ends the running cache pod like the kubelet would; returns the cache name."""
+    name, pod = start_cache_job(api_client, namespace)
+    core = kubernetes.client.CoreV1Api(api_client)
     started = pod.status.container_statuses[0].state.running.started_at.isoformat().replace("+00:00", "Z")
     core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {
         "phase": "Succeeded" if exit_code == 0 else "Failed",

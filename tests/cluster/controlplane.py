@@ -98,6 +98,10 @@ class ControlPlane:
         return self.workdir / "admin.kubeconfig"
 
     @property
+    def fetch_log(self) -> Path:
+        return self.workdir / "fetch-container.log"
+
+    @property
     def kubectl_cache(self) -> Path:
         return self.workdir / "kubectl-cache"
 
@@ -192,6 +196,8 @@ class ControlPlane:
             f"--service-account-signing-key-file={self.pki.sa_private}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
+            # Reach "kubelets" (kwok) at their InternalIP, 127.0.0.1.
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
         ])
         self._wait(apiserver, lambda: self._readyz(self.api_port), "kube-apiserver /readyz", timeout=120)
@@ -238,6 +244,13 @@ class ControlPlane:
             (stock / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml").read_text(),
             (HERE / "kwok-pod-stages.yaml").read_text(),
         ]
+        # Logs of every container named "fetch" (the cache Job) are served from one file a test may write, through
+        # the real path: API server -> the node's kubelet endpoint (kwok, on loopback) -> file.
+        self.fetch_log.write_text("")
+        parts.append(json.dumps({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "fetch-logs"},
+            "spec": {"logs": [{"containers": ["fetch"], "logsFile": str(self.fetch_log), "follow": False}]},
+        }))
         stages.write_text("\n---\n".join(parts))
         port = free_port()
         kwok = self._add("kwok", [
@@ -249,6 +262,8 @@ class ControlPlane:
             f"--cidr={POD_CIDR}",
             "--node-ip=127.0.0.1",
             f"--server-address=127.0.0.1:{port}",
+            # Nodes advertise this as their kubelet port, so `kubectl logs` reaches kwok's server.
+            f"--node-port={port}",
             "--node-lease-duration-seconds=40",
         ])
         self._wait(kwok, lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), "kwok /healthz")

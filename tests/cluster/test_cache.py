@@ -7,7 +7,10 @@ import json
 
 import kubernetes
 import pytest
-from cachejob import DRAFT_COMMIT, TARGET_COMMIT, cache_job, fetch_result, finish_cache_job
+from cachejob import (
+    DRAFT_COMMIT, TARGET_COMMIT, cache_job, fetch_result, finish_cache_job, start_cache_job, write_fetch_log,
+)
+from dflash_operator.fetch import progress_line
 from conftest import wait_for
 from controlplane import ControlPlane
 from test_dflashdeployment import apply, condition, condition_is, deployment, dfd, get_dfd
@@ -127,3 +130,22 @@ def test_hub_token_stays_in_the_secret(control_plane: ControlPlane, api_client, 
     assert token not in everything
     assert "HF_TOKEN" not in json.dumps(kubernetes.client.ApiClient().sanitize_for_serialization(
         kubernetes.client.AppsV1Api(api_client).read_namespaced_deployment("gated", namespace)))
+
+
+def test_download_progress_reaches_status_through_the_pod_log(control_plane: ControlPlane, api_client, operator,
+                                                              namespace: str) -> None:
+    snapshot = {"target": {"bytesDone": 3_000, "bytesTotal": 10_000}, "draft": {"bytesDone": 1_000, "bytesTotal": 1_000}}
+    write_fetch_log(control_plane, ['{"event":"resolved"}', progress_line(snapshot)])
+    apply(control_plane, namespace, dfd("progress"))
+    start_cache_job(api_client, namespace)
+
+    def progressed():
+        cache = (get_dfd(api_client, namespace, "progress").get("status") or {}).get("cache", {})
+        return cache if cache.get("percent") == 36.4 else None
+
+    cache = wait_for(progressed, "36.4% in status.cache")
+    assert cache["target"] == {"bytesDone": 3000, "bytesTotal": 10000}
+    assert cache["draft"] == {"bytesDone": 1000, "bytesTotal": 1000}
+    assert cache["message"] == "downloading target and draft: 36.4%"
+    wide = control_plane.kubectl("-n", namespace, "get", "dfd", "progress", "-o", "wide").stdout
+    assert "36.4" in wide and "Downloading" in wide, wide
