@@ -178,17 +178,24 @@ def _write_status(kube: Kube, body: dict[str, Any], old_status: dict[str, Any], 
     _emit_transitions(old_conditions, new_status["conditions"], emit)
 
 
+# Conditions whose transitions are worth an event on the DFlashDeployment (Reconciling only restates Ready).
+_EVENT_CONDITIONS = (status.READY, status.STALLED, status.CACHE_READY, status.MODELS_COMPATIBLE,
+                     status.SPECULATION_HEALTHY)
+
+
 def _emit_transitions(old: list[dict[str, Any]], new: list[dict[str, Any]], emit: EventSink) -> None:
     before = {c["type"]: c for c in old}
     for condition in new:
+        if condition["type"] not in _EVENT_CONDITIONS:
+            continue
         previous = before.get(condition["type"])
         if previous and (previous["status"], previous["reason"]) == (condition["status"], condition["reason"]):
             continue
-        bad = (condition["type"] in (status.STALLED,) and condition["status"] == "True") or (
-            condition["type"] == status.SPECULATION_HEALTHY and condition["status"] == "False")
-        if condition["type"] in (status.READY, status.STALLED, status.SPECULATION_HEALTHY):
-            emit("Warning" if bad else "Normal", condition["reason"],
-                 f"{condition['type']}={condition['status']}: {condition['message']}")
+        bad = (condition["type"] == status.STALLED and condition["status"] == "True") or (
+            condition["type"] in (status.MODELS_COMPATIBLE, status.SPECULATION_HEALTHY)
+            and condition["status"] == "False")
+        emit("Warning" if bad else "Normal", condition["reason"],
+             f"{condition['type']}={condition['status']}: {condition['message']}")
 
 
 def _measure(kube: Kube, namespace: str, name: str, config: OperatorConfig
