@@ -268,3 +268,16 @@ def test_acceptance_from_pod_metrics_lands_in_status(control_plane: ControlPlane
     assert (figures["draftTokens"], figures["acceptedTokens"], figures["podsMeasured"]) == (80, 60, 1)
     columns = control_plane.kubectl("-n", namespace, "get", "dfd", "measured").stdout
     assert "0.75" in columns, columns
+
+
+def test_child_rejected_by_the_api_server_stalls_with_its_message(
+    control_plane: ControlPlane, api_client, operator, namespace: str
+) -> None:
+    # Tolerations pass through the CRD unchecked; the API server's Deployment validation is what rejects this one.
+    apply_with_cache(control_plane, api_client, namespace,
+                     dfd("tolerant", tolerations=[{"key": "nvidia.com/gpu", "operator": "Sometimes"}]))
+    stalled = wait_for(lambda: condition_is(api_client, namespace, "tolerant", "Stalled", "True"), "Stalled=True")
+    cond = condition(stalled, "Stalled")
+    assert cond["reason"] == "ChildRejected"
+    assert "the API server rejected the" in cond["message"] and "Sometimes" in cond["message"], cond["message"]
+    assert deployment(api_client, namespace, "tolerant") is None

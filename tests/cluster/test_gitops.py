@@ -27,6 +27,9 @@ def test_gitops_apply_never_conflicts_and_diff_stays_empty(control_plane: Contro
     wait_for(lambda: deployment(api_client, namespace, "synced"), "the Deployment")
     mark_pods_ready(api_client, namespace, "synced")
     wait_for(lambda: condition_is(api_client, namespace, "synced", "Ready", "True"), "Ready=True")
+    # The speculation timer adds its condition once; after that the status holds still and a diff is meaningful.
+    wait_for(lambda: condition_is(api_client, namespace, "synced", "SpeculationHealthy", "Unknown"),
+             "the first speculation measurement")
 
     # The tool syncs again, without forcing: the operator owns nothing the tool applies.
     again = ssa(control_plane, namespace, manifest, check=False)

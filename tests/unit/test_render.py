@@ -128,3 +128,19 @@ def test_resolved_commits_roll_the_pods() -> None:
     assert after["metadata"]["annotations"] == {"serving.dflash.dev/target-commit": "a" * 40,
                                                 "serving.dflash.dev/draft-commit": "b" * 40}
     assert before != after
+
+
+def test_probe_command_is_one_the_images_probe_accepts() -> None:
+    """The contract between the operator and the vLLM image: the rendered probe parses with the probe's own CLI."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "images" / "vllm" / "plugin"))
+    from dflash_vllm.probe import parse_args
+
+    dfd = load("full")
+    command = render_deployment(dfd, RenderConfig(), facts(dfd))["spec"]["template"]["spec"]["containers"][0][
+        "readinessProbe"]["exec"]["command"]
+    assert command[0] == "dflash-probe"
+    args = parse_args(command[1:])
+    assert (args.url, args.model, args.prompt, args.max_tokens, args.min_acceptance, args.timeout) == (
+        "http://127.0.0.1:8000", "Qwen/Qwen3-Coder-Next", "print(", 8, 0.3, 20.0)

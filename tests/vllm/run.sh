@@ -13,7 +13,7 @@ py23=$(bash "$here/build_venv.sh" 0.23.0 | tail -1)
 py32=$(bash "$here/build_venv.sh" 0.32.0 | tail -1)
 echo "venvs ready after $((SECONDS - start)) s: $py23 $py32"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/dflash-vllm-tier.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-tier.XXXXXX")
 # One wheel for both venvs (pure Python); vllm_proc.build_wheel builds it from a copy of the source.
 export DFLASH_VLLM_WHEEL=$(cd "$here" && "$py32" -c \
   "import sys, vllm_proc; from pathlib import Path; print(vllm_proc.build_wheel(Path(sys.argv[1])))" "$work")

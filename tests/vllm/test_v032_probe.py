@@ -104,8 +104,10 @@ def test_probe_fails_a_server_without_speculation(servers, plugin_dir, tmp_path)
 
 
 def test_probe_fails_when_the_server_is_too_slow_for_its_timeout(servers, plugin_dir, tmp_path):
-    code, line, _ = probe(plugin_dir, "--url", servers["matching"].url, "--timeout", "0.001", tmp_path=tmp_path)
-    assert (code, line) == (1, "FAIL completion: timed out after 0.001 s")
+    # A long completion against a short budget: the /metrics read fits in it, the generation cannot.
+    code, line, _ = probe(plugin_dir, "--url", servers["matching"].url, "--model", "tiny", "--max-tokens", "64",
+                          "--timeout", "0.1", tmp_path=tmp_path)
+    assert (code, line) == (1, "FAIL completion: timed out after 0.1 s")
 
 
 def test_probe_fails_when_the_server_is_gone(plugin_dir, tmp_path):

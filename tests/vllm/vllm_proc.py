@@ -81,15 +81,16 @@ class Proc:
     def wait_for(self, needles: list[str], timeout: float) -> str | None:
         """The first of `needles` to appear in the log, or None once the process exits or time runs out."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
+            # Exit status first, log second: a process that wrote its last line and exited is then still read.
+            exited = self.popen.poll() is not None
             text = self.text()
             for needle in needles:
                 if needle in text:
                     return needle
-            if self.popen.poll() is not None:
+            if exited or time.monotonic() >= deadline:
                 return None
             time.sleep(0.5)
-        return None
 
     def stop(self) -> None:
         if self.popen.poll() is None:

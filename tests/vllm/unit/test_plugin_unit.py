@@ -45,6 +45,6 @@ def test_decide(version, source, patch):
                                     else "dflash-vllm is a no-op")
 
 
-def test_unparseable_version_is_an_error_not_a_guess():
-    with pytest.raises(ValueError):
-        plugin.version_tuple("main")
+def test_an_unknowable_case_is_a_no_op_not_a_guess():
+    decision = plugin.decide("main", None)
+    assert decision.patch is False and "neither its source nor its version" in decision.reason

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import threading
 import time
+import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -116,8 +118,10 @@ class _FakeVLLM(BaseHTTPRequestHandler):
     step = probe.SpecCounters(3, 9, 9)
     counters = probe.SpecCounters()
     lag_s = 0.0
+    delay_s = 0.0  # before every answer
 
     def do_GET(self):
+        time.sleep(self.delay_s)
         if self.path == "/v1/models":
             self._send(json.dumps({"data": [{"id": "tiny"}]}), "application/json")
         elif self.path == "/metrics":
@@ -127,6 +131,7 @@ class _FakeVLLM(BaseHTTPRequestHandler):
                        f'{probe.ACCEPTED_TOKENS}{{model_name="tiny"}} {c.accepted_tokens}\n', "text/plain")
 
     def do_POST(self):
+        time.sleep(self.delay_s)
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         assert request["temperature"] == 0 and request["model"] == "tiny"
         cls, step = type(self), type(self).step
@@ -154,6 +159,7 @@ class _FakeVLLM(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_vllm():
     _FakeVLLM.counters = probe.SpecCounters()
+    _FakeVLLM.delay_s = 0.0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVLLM)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
@@ -177,3 +183,28 @@ def test_probe_reports_inactive_speculation_when_counters_never_move(fake_vllm, 
     assert probe.main(["--url", url, "--stats-wait", "0.3"]) == 1
     line = capsys.readouterr().out
     assert line.startswith("FAIL speculation not active: draft tokens ") and line.endswith(" during the probe\n")
+
+
+def test_a_slow_server_fails_within_the_whole_probe_budget(fake_vllm, capsys):
+    # Each answer alone fits in --timeout; the three of them do not.
+    _FakeVLLM.delay_s = 0.3
+    url = f"http://127.0.0.1:{fake_vllm.server_address[1]}"
+    start = time.monotonic()
+    assert probe.main(["--url", url, "--timeout", "0.8"]) == 1
+    assert time.monotonic() - start < 1.2
+    assert capsys.readouterr().out == "FAIL completion: timed out after 0.8 s\n"
+
+
+def test_an_http_error_names_the_status_and_path():
+    error = urllib.error.HTTPError("http://127.0.0.1:8000/v1/completions", 404, "Not Found", {},
+                                   io.BytesIO(b'{"detail":"Not Found"}'))
+    assert probe.describe_error(error, "http://127.0.0.1:8000", "/v1/completions", 10) == (
+        'HTTP 404 from /v1/completions: {"detail":"Not Found"}')
+
+
+def test_a_proxy_in_the_environment_is_not_used(fake_vllm, capsys, monkeypatch):
+    # A proxy that does not exist: going through it would fail the probe.
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("no_proxy", "")
+    _FakeVLLM.lag_s = 0.0
+    assert probe.main(["--url", f"http://127.0.0.1:{fake_vllm.server_address[1]}", "--min-acceptance", "0"]) == 0

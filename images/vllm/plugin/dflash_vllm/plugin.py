@@ -52,12 +52,10 @@ def _base_name(node: ast.expr) -> str | None:
     return None
 
 
-def version_tuple(version: str) -> tuple[int, int]:
-    """(major, minor) of a vLLM version string such as '0.23.0', '0.23.1rc1.dev5+cpu'."""
+def version_tuple(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a vLLM version string such as '0.23.0', '0.23.1rc1.dev5+cpu'; None if unparseable."""
     match = re.match(r"(\d+)\.(\d+)", version)
-    if match is None:
-        raise ValueError(f"unparseable vLLM version {version!r}")
-    return int(match.group(1)), int(match.group(2))
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def decide(version: str, source: str | None) -> Decision:
@@ -66,7 +64,12 @@ def decide(version: str, source: str | None) -> Decision:
         return Decision(False, f"vLLM {version} already declares {INTERFACE} on {ARCH}; dflash-vllm is a no-op")
     if declared is False:
         return Decision(True, f"vLLM {version} lacks {INTERFACE} on {ARCH}; registered {PATCHED_CLASS}")
-    if version_tuple(version) >= FIXED_IN:
+    parsed = version_tuple(version)
+    if parsed is None:
+        # Registering a subclass of a class that may not exist would break Qwen3Next; doing nothing breaks nothing.
+        return Decision(False, f"vLLM {version}: neither its source nor its version tells whether {ARCH} has "
+                               f"{INTERFACE}; dflash-vllm is a no-op")
+    if parsed >= FIXED_IN:
         return Decision(False, f"vLLM {version} (>= 0.24, source not inspected) declares {INTERFACE} on {ARCH}; "
                                "dflash-vllm is a no-op")
     return Decision(True, f"vLLM {version} (< 0.24, source not inspected) lacks {INTERFACE} on {ARCH}; "

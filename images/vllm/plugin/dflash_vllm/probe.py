@@ -141,11 +141,11 @@ def judge(stats: SpecStats, min_acceptance: float, before: SpecCounters | None =
     )
 
 
-def describe_error(exc: BaseException, url: str, timeout: float) -> str:
-    """One readable reason for a failed HTTP exchange."""
+def describe_error(exc: BaseException, url: str, path: str, timeout: float) -> str:
+    """One readable reason for a failed HTTP exchange with `url` (the server) on `path`."""
     if isinstance(exc, urllib.error.HTTPError):
         body = exc.read().decode("utf-8", "replace")[:200]
-        return f"HTTP {exc.code} from {url}: {body}"
+        return f"HTTP {exc.code} from {path}: {body}"
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, (TimeoutError, socket.timeout)):
         return f"timed out after {timeout:g} s"
@@ -161,6 +161,8 @@ class _Client:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
+        # No proxies: the server is local, and an HTTP(S)_PROXY in the pod's env must not carry probe traffic.
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def request(self, check: str, path: str, payload: dict[str, Any] | None = None) -> bytes:
         remaining = self.deadline - time.monotonic()
@@ -170,10 +172,14 @@ class _Client:
         req = urllib.request.Request(self.base_url + path, data=data,
                                      headers={"Content-Type": "application/json"} if data else {})
         try:
-            with urllib.request.urlopen(req, timeout=remaining) as resp:
-                return resp.read()
+            with self.opener.open(req, timeout=remaining) as resp:
+                body = resp.read()
         except (urllib.error.URLError, OSError) as exc:
-            raise ProbeFailure(f"{check}: {describe_error(exc, self.base_url, self.timeout)}") from exc
+            raise ProbeFailure(f"{check}: {describe_error(exc, self.base_url, path, self.timeout)}") from exc
+        # urllib's timeout bounds each socket operation, not the exchange: enforce the budget as a whole.
+        if time.monotonic() > self.deadline:
+            raise ProbeFailure(f"{check}: timed out after {self.timeout:g} s")
+        return body
 
     def json(self, check: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         raw = self.request(check, path, payload)

@@ -1,0 +1,54 @@
+"""How reconcile maps API errors: transient ones retry with backoff, rejections stall with the server's message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
+
+BODY = {
+    "apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
+    "metadata": {"name": "coder", "namespace": "llm", "uid": "u1", "generation": 1},
+    "spec": {"target": {"repo": "a/target"}, "draft": {"repo": "b/draft"}},
+}
+
+
+class RefusingKube:
+    """Answers every apply with one HTTP status, as the API server would; records status writes."""
+
+    def __init__(self, status: int, message: str = "nope") -> None:
+        self.error = ApiException(status=status, reason="x")
+        self.error.body = json.dumps({"message": message})
+        self.statuses: list[dict] = []
+
+    def apply(self, obj: dict, field_manager: str = "") -> dict:
+        raise self.error
+
+    def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
+        self.statuses.append(status)
+
+
+@pytest.mark.parametrize("code", [409, 429, 500, 503])
+def test_transient_errors_retry(code: int) -> None:
+    kube = RefusingKube(code)
+    with pytest.raises(RetryLater):
+        reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
+    assert kube.statuses == [], "a transient error must not be reported as a verdict"
+
+
+def test_rejection_stalls_with_the_servers_message() -> None:
+    kube = RefusingKube(422, 'PersistentVolumeClaim "x" is invalid: spec.resources: storage too small')
+    events: list[tuple] = []
+    reconcile(kube, BODY, OperatorConfig(), lambda *a: events.append(a))
+    stalled = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ChildRejected")
+    assert "storage too small" in stalled["message"]
+    assert ("Warning", "ChildRejected") in [e[:2] for e in events]
+
+
+def test_other_errors_propagate() -> None:
+    with pytest.raises(ApiException):
+        reconcile(RefusingKube(403), BODY, OperatorConfig(), lambda *a: None)
