@@ -115,8 +115,10 @@ def vllm_args(dfd: DFlashDeployment) -> list[str]:
             f"spec.extraArgs {collisions} would override flags the operator sets from the spec; "
             f"remove them and use the spec fields instead",
         )
+    # --model rather than the positional form: both entrypoints of vLLM images (`vllm serve` from 0.9 on, the
+    # api_server module before) accept it.
     args = [
-        TARGET_PATH,
+        "--model", TARGET_PATH,
         "--served-model-name", spec.target.repo,
         "--host", "0.0.0.0",
         "--port", str(SERVING_PORT),

@@ -90,7 +90,7 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     args = container.args
     config = json.loads(args[args.index("--speculative-config") + 1])
     assert config == {"method": "dflash", "model": "/models/draft", "num_speculative_tokens": 6}
-    assert args[0] == "/models/target" and args[args.index("--served-model-name") + 1] == "Qwen/Qwen3-Coder-Next"
+    assert args[:2] == ["--model", "/models/target"] and args[args.index("--served-model-name") + 1] == "Qwen/Qwen3-Coder-Next"
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     assert args[-1] == "--enable-chunked-prefill"
     assert container.readiness_probe.var_exec.command[0] == "dflash-probe"

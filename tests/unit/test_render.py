@@ -110,7 +110,7 @@ def test_serving_pods_mount_the_cache_read_only_and_run_offline() -> None:
     assert models["persistentVolumeClaim"] == {"claimName": cache_name(dfd), "readOnly": True}
     container = pod["containers"][0]
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in container["env"]
-    assert container["args"][0] == "/models/target"
+    assert container["args"][:2] == ["--model", "/models/target"]
     assert all(m.get("readOnly") for m in container["volumeMounts"] if m["name"] == "models")
 
 
