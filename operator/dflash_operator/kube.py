@@ -83,7 +83,8 @@ class Kube:
             raise
 
     def patch_dfd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+                                                          field_manager=FIELD_MANAGER)
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self._call(f"/api/v1/namespaces/{namespace}/pods", "GET",

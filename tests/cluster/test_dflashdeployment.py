@@ -57,13 +57,19 @@ def condition_is(api_client, namespace: str, name: str, kind: str, status: str) 
     return obj if found and found["status"] == status else None
 
 
-def mark_pods_ready(api_client, namespace: str, name: str) -> int:
+def mark_pods_ready(api_client, namespace: str, name: str, count: int = 1) -> int:
+    """Waits for `count` live serving pods, then marks them ready (kwok's stand-in for passing the probe)."""
     core = kubernetes.client.CoreV1Api(api_client)
-    pods = core.list_namespaced_pod(namespace, label_selector=SELECTOR.format(name)).items
+
+    def live():
+        pods = core.list_namespaced_pod(namespace, label_selector=SELECTOR.format(name)).items
+        pods = [p for p in pods if p.metadata.deletion_timestamp is None]
+        return pods if len(pods) >= count else None
+
+    pods = wait_for(live, f"{count} pod(s) of {name}")
     for pod in pods:
-        if pod.metadata.deletion_timestamp is None:
-            core.patch_namespaced_pod(pod.metadata.name, namespace,
-                                      {"metadata": {"annotations": {READY_ANNOTATION: "true"}}})
+        core.patch_namespaced_pod(pod.metadata.name, namespace,
+                                  {"metadata": {"annotations": {READY_ANNOTATION: "true"}}})
     return len(pods)
 
 
@@ -112,7 +118,7 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     assert condition(not_ready, "Ready")["reason"] == "WaitingForSpeculativeProbe"
     assert condition(not_ready, "Reconciling")["status"] == "True"
 
-    mark_pods_ready(api_client, namespace, "coder")
+    mark_pods_ready(api_client, namespace, "coder", count=2)
     ready = wait_for(lambda: condition_is(api_client, namespace, "coder", "Ready", "True"), "Ready=True")
     assert ready["status"]["readyReplicas"] == 2
     assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]

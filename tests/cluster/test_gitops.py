@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from cachejob import fetch_result, finish_cache_job
@@ -39,11 +40,10 @@ def test_gitops_apply_never_conflicts_and_diff_stays_empty(control_plane: Contro
     assert (diff.returncode, diff.stdout) == (0, ""), diff.stdout + diff.stderr
 
     live = get_dfd(api_client, namespace, "synced")
-    for entry in live["metadata"]["managedFields"]:
-        if "f:spec" in json.dumps(entry.get("fieldsV1", {})):
-            assert entry["manager"] == MANAGER, f"{entry['manager']} wrote spec: {entry}"
-        if entry["manager"] != MANAGER and entry.get("subresource") != "status":
-            assert "f:spec" not in json.dumps(entry.get("fieldsV1", {}))
+    spec_writers = {e["manager"] for e in live["metadata"]["managedFields"] if "f:spec" in e.get("fieldsV1", {})}
+    assert spec_writers == {MANAGER}, f"spec written by {spec_writers}"
+    status_writers = {e["manager"] for e in live["metadata"]["managedFields"] if e.get("subresource") == "status"}
+    assert status_writers == {"dflash-operator"}, status_writers
 
 
 def test_a_synced_change_rolls_out_and_observed_generation_catches_up(
@@ -63,3 +63,36 @@ def test_a_synced_change_rolls_out_and_observed_generation_catches_up(
                if c["type"] in ("Ready", "Reconciling", "Stalled"))
     args = deployment(api_client, namespace, "bumped").spec.template.spec.containers[0].args
     assert '"num_speculative_tokens":10' in args[args.index("--speculative-config") + 1]
+
+
+def kstatus(plane: ControlPlane, obj: dict) -> dict:
+    """What Flux's health check library (sigs.k8s.io/cli-utils kstatus) makes of the live object."""
+    result = subprocess.run([plane.binary("kstatus")], input=json.dumps(obj) + "\n", capture_output=True,
+                            text=True, timeout=30, check=True)
+    return json.loads(result.stdout)
+
+
+def test_flux_kstatus_reads_the_lifecycle(control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
+    ssa(control_plane, namespace, dfd("fluxed"))
+    wait_for(lambda: condition_is(api_client, namespace, "fluxed", "CacheReady", "False"), "CacheReady=False")
+    assert kstatus(control_plane, get_dfd(api_client, namespace, "fluxed"))["status"] == "InProgress"
+
+    finish_cache_job(api_client, namespace, fetch_result())
+    wait_for(lambda: deployment(api_client, namespace, "fluxed"), "the Deployment")
+    mark_pods_ready(api_client, namespace, "fluxed")
+    ready = wait_for(lambda: condition_is(api_client, namespace, "fluxed", "Ready", "True"), "Ready=True")
+    assert kstatus(control_plane, ready)["status"] == "Current"
+
+    # A new generation the operator has not observed yet is never Current, whatever the old conditions say.
+    stale = {**ready, "metadata": {**ready["metadata"], "generation": ready["metadata"]["generation"] + 1}}
+    assert kstatus(control_plane, stale)["status"] == "InProgress"
+
+
+def test_flux_kstatus_fails_an_incompatible_pair(control_plane: ControlPlane, api_client, operator,
+                                                 namespace: str) -> None:
+    ssa(control_plane, namespace, dfd("unfit"))
+    problem = {"code": "VocabSizeMismatch", "message": "target vocab_size 1024 != draft vocab_size 2048"}
+    finish_cache_job(api_client, namespace, fetch_result(problems=[problem]), exit_code=3)
+    stalled = wait_for(lambda: condition_is(api_client, namespace, "unfit", "Stalled", "True"), "Stalled=True")
+    verdict = kstatus(control_plane, stalled)
+    assert verdict["status"] == "Failed" and "vocab_size" in verdict["message"], verdict
