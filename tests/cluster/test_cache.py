@@ -149,3 +149,23 @@ def test_download_progress_reaches_status_through_the_pod_log(control_plane: Con
     assert cache["message"] == "downloading target and draft: 36.4%"
     wide = control_plane.kubectl("-n", namespace, "get", "dfd", "progress", "-o", "wide").stdout
     assert "36.4" in wide and "Downloading" in wide, wide
+
+
+@pytest.mark.parametrize("policy, kept", [("Keep", True), ("Delete", False)])
+def test_retain_policy_decides_the_cache_after_the_last_user(control_plane: ControlPlane, api_client, operator,
+                                                             namespace: str, policy: str, kept: bool) -> None:
+    apply(control_plane, namespace, dfd("user", cache={"retainPolicy": policy}))
+    name = finish_cache_job(api_client, namespace, fetch_result())
+    wait_for(lambda: deployment(api_client, namespace, "user"), "the Deployment")
+    control_plane.kubectl("-n", namespace, "delete", "dfd/user", "--wait=true", "--timeout=30s")
+    core = kubernetes.client.CoreV1Api(api_client)
+
+    def claims():
+        return [c.metadata.name for c in core.list_namespaced_persistent_volume_claim(namespace).items
+                if c.metadata.deletion_timestamp is None]
+
+    wait_for(lambda: cache_job(api_client, namespace) is None, "the GC to delete the cache Job with its user")
+    if kept:
+        assert claims() == [name], "retainPolicy Keep lost the cache"
+    else:
+        wait_for(lambda: claims() == [], "the GC to delete the cache claim with its last user", timeout=90)

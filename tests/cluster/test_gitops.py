@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from cachejob import fetch_result, finish_cache_job
@@ -40,6 +41,10 @@ def test_gitops_apply_never_conflicts_and_diff_stays_empty(control_plane: Contro
     assert (diff.returncode, diff.stdout) == (0, ""), diff.stdout + diff.stderr
 
     live = get_dfd(api_client, namespace, "synced")
+    # Nothing changes, so nothing is written: several resync periods (2 s here) leave the object untouched.
+    time.sleep(5)
+    assert get_dfd(api_client, namespace, "synced")["metadata"]["resourceVersion"] == \
+        live["metadata"]["resourceVersion"], "the operator rewrote an unchanged status"
     spec_writers = {e["manager"] for e in live["metadata"]["managedFields"] if "f:spec" in e.get("fieldsV1", {})}
     assert spec_writers == {MANAGER}, f"spec written by {spec_writers}"
     status_writers = {e["manager"] for e in live["metadata"]["managedFields"] if e.get("subresource") == "status"}
