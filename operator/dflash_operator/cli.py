@@ -53,8 +53,17 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import kubernetes
+
+    from dflash_operator.kube import load_client
     from dflash_operator.main import run_operator
 
+    try:
+        load_client()  # fail here, in one line, rather than in a traceback from inside kopf's startup
+    except kubernetes.config.ConfigException as error:
+        print(f"dflash-operator run: no Kubernetes configuration (not in a cluster, no usable kubeconfig): {error}",
+              file=sys.stderr)
+        return 2
     return run_operator(namespaces=args.namespace, liveness=args.liveness)
 
 

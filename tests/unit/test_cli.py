@@ -36,3 +36,10 @@ def test_render_reports_a_schema_error(tmp_path: Path, capsys) -> None:
 def test_check_pair_on_unreadable_dirs_fails_with_exit_2(tmp_path: Path, capsys) -> None:
     assert main(["check-pair", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     assert "cannot check pair" in capsys.readouterr().err
+
+
+def test_run_without_any_cluster_configuration_says_so(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert main(["run"]) == 2
+    assert "no Kubernetes configuration" in capsys.readouterr().err
