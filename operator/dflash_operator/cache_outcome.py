@@ -21,6 +21,7 @@ class CacheOutcome:
     draft_commit: str | None = None
     problems: list[dict[str, str]] = field(default_factory=list)
     progress: dict[str, Any] = field(default_factory=dict)
+    draft_block_size: int | None = None
 
 
 def _condition(job: dict[str, Any], kind: str) -> bool:
@@ -37,6 +38,11 @@ def _termination_message(pod: dict[str, Any]) -> dict[str, Any] | None:
                 return {"ok": False, "error": message.strip().splitlines()[-1][:500]}
             return parsed if isinstance(parsed, dict) else None
     return None
+
+
+def _block_size(result: dict[str, Any]) -> int | None:
+    value = result.get("draftBlockSize")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def parse_progress_line(line: str) -> dict[str, Any]:
@@ -69,7 +75,7 @@ def cache_outcome(job: dict[str, Any] | None, pods: list[dict[str, Any]], last_l
                     for p in result.get("problems") or []]
         return CacheOutcome(COMPLETE, "both models are cached and verified",
                             result.get("targetCommit"), result.get("draftCommit"), problems,
-                            {"percent": 100.0})
+                            {"percent": 100.0}, _block_size(result))
     if _condition(job, "Failed"):
         error = next((r.get("error") for r in results if r.get("error")), None)
         problems = next((r.get("problems") for r in results if r.get("problems")), None)
@@ -77,7 +83,7 @@ def cache_outcome(job: dict[str, Any] | None, pods: list[dict[str, Any]], last_l
             return CacheOutcome(COMPLETE, "both models are cached and verified",
                                 results[0].get("targetCommit"), results[0].get("draftCommit"),
                                 [{"code": str(p.get("code", "")), "message": str(p.get("message", ""))}
-                                 for p in problems], {"percent": 100.0})
+                                 for p in problems], {"percent": 100.0}, _block_size(results[0]))
         return CacheOutcome(FAILED, error or "the cache Job failed; see its pod's log")
     progress = parse_progress_line(last_log_line)
     percent = progress.get("percent")

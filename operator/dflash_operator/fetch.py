@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dflash_operator.pairing import PairInputError, Problem, check_pair
+from dflash_operator.pairing import PairInputError, Problem, check_pair, draft_block_size, read_config
 
 ROLES = ("target", "draft")
 MANIFEST = "manifest.json"
@@ -146,11 +146,13 @@ def progress_line(snapshot: dict[str, dict[str, int]], event: str = "progress", 
 
 
 def termination_message(*, ok: bool, target_commit: str | None, draft_commit: str | None,
-                        problems: Sequence[Problem], error: str | None) -> str:
+                        problems: Sequence[Problem], error: str | None, draft_block_size: int | None = None) -> str:
     """JSON under Kubernetes' 4 KiB cap: long messages are cut first, then trailing problems are dropped."""
     def render(items: list[dict[str, str]], err: str | None) -> str:
+        # draftBlockSize lets each deployment sharing this cache check its own num_speculative_tokens.
         return json.dumps({"ok": ok, "targetCommit": target_commit, "draftCommit": draft_commit,
-                           "problems": items, "error": err}, separators=(",", ":"))
+                           "draftBlockSize": draft_block_size, "problems": items, "error": err},
+                          separators=(",", ":"))
 
     items = [p.to_dict() for p in problems]
     text = render(items, error)
@@ -660,6 +662,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _cached_block_size(dest: Path) -> int | None:
+    try:
+        return draft_block_size(read_config(dest / "draft"))
+    except PairInputError:  # nothing cached yet (e.g. the revision did not resolve)
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Read once, here: the token goes to the hub client and to the redactor, nowhere else.
@@ -681,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fetch failed: {outcome.error}", file=sys.stderr)
     message = termination_message(ok=outcome.code == EXIT_OK, target_commit=outcome.commits.get("target"),
                                   draft_commit=outcome.commits.get("draft"), problems=outcome.problems,
-                                  error=outcome.error)
+                                  error=outcome.error, draft_block_size=_cached_block_size(args.dest))
     try:
         args.termination_log.write_text(redact(message))
     except OSError as error:

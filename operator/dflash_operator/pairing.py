@@ -183,17 +183,27 @@ def check_configs(
                 f"draft tokenizer {_short(draft_tokenizer)} differs from target tokenizer {_short(target_tokenizer)}"))
 
     if num_speculative_tokens is not None:
-        block_size = _draft_value(draft, "block_size")
-        if not _is_int(num_speculative_tokens) or num_speculative_tokens < 1:
-            problems.append(Problem(
-                "SpeculativeTokensInvalid",
-                f"num_speculative_tokens {num_speculative_tokens!r} must be a positive integer"))
-        elif _is_int(block_size) and block_size >= 1 and num_speculative_tokens > block_size - 1:
-            problems.append(Problem(
-                "TooManySpeculativeTokens",
-                f"num_speculative_tokens {num_speculative_tokens} exceeds the draft's block_size {block_size} - 1 = "
-                f"{block_size - 1} tokens it was trained to propose per step"))
+        problems += speculative_tokens_problems(num_speculative_tokens, draft_block_size(draft))
     return problems
+
+
+def draft_block_size(draft: dict) -> int | None:
+    """The block size the draft was trained with, where it declares one (dflash_config, else top level)."""
+    value = _draft_value(draft, "block_size")
+    return value if _is_int(value) and value >= 1 else None
+
+
+def speculative_tokens_problems(num_speculative_tokens: Any, block_size: int | None) -> list[Problem]:
+    """Separate from check_configs because a cache is shared by deployments that each choose their own count."""
+    if not _is_int(num_speculative_tokens) or num_speculative_tokens < 1:
+        return [Problem("SpeculativeTokensInvalid",
+                        f"num_speculative_tokens {num_speculative_tokens!r} must be a positive integer")]
+    if block_size is not None and num_speculative_tokens > block_size - 1:
+        return [Problem(
+            "TooManySpeculativeTokens",
+            f"num_speculative_tokens {num_speculative_tokens} exceeds the draft's block_size {block_size} - 1 = "
+            f"{block_size - 1} tokens it was trained to propose per step")]
+    return []
 
 
 def _canonical(value: Any) -> bytes:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from dflash_operator import cache_outcome, speculation, status
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.kube import FIELD_MANAGER, Kube
+from dflash_operator.pairing import speculative_tokens_problems
 from dflash_operator.render import (
     SERVING_PORT, CacheFacts, InvalidSpec, RenderConfig, endpoint, selector_string, serving_objects, validate,
 )
@@ -90,7 +91,7 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
     if outcome.target_commit or outcome.draft_commit:
         new_status["resolved"] = {"targetCommit": outcome.target_commit, "draftCommit": outcome.draft_commit}
 
-    gate = _cache_gate(outcome)
+    gate = _cache_gate(outcome, dfd.spec.num_speculative_tokens)
     if gate is not None:
         _write_status(kube, body, old_status, new_status, gate, emit)
         return
@@ -142,14 +143,18 @@ def _cache_status(dfd: DFlashDeployment, outcome: cache_outcome.CacheOutcome) ->
     return {"name": cache_name(dfd), "phase": outcome.phase, "message": outcome.message, **outcome.progress}
 
 
-def _cache_gate(outcome: cache_outcome.CacheOutcome) -> list[status.ConditionSpec] | None:
+def _cache_gate(outcome: cache_outcome.CacheOutcome, num_speculative_tokens: int
+                ) -> list[status.ConditionSpec] | None:
     """Conditions that hold the serving objects back, or None when the cache is ready and the pair fits."""
     if outcome.phase == cache_outcome.DOWNLOADING:
         return status.waiting_for_cache_conditions(outcome.message)
     if outcome.phase == cache_outcome.FAILED:
         return status.cache_failed_conditions(outcome.message)
-    if outcome.problems:
-        return status.incompatible_pair_conditions([p["message"] for p in outcome.problems])
+    # The pair's own problems come from the Job; the token count is this deployment's, checked here.
+    problems = [p["message"] for p in outcome.problems] + [
+        p.message for p in speculative_tokens_problems(num_speculative_tokens, outcome.draft_block_size)]
+    if problems:
+        return status.incompatible_pair_conditions(problems)
     return None
 
 

@@ -169,3 +169,19 @@ def test_retain_policy_decides_the_cache_after_the_last_user(control_plane: Cont
         assert claims() == [name], "retainPolicy Keep lost the cache"
     else:
         wait_for(lambda: claims() == [], "the GC to delete the cache claim with its last user", timeout=90)
+
+
+def test_speculative_tokens_beyond_the_drafts_block_size_get_no_gpu_pod(
+    control_plane: ControlPlane, api_client, operator, namespace: str
+) -> None:
+    # The cache is shared whatever the token count; each deployment checks its own against the cached draft.
+    apply(control_plane, namespace, dfd("greedy", numSpeculativeTokens=16))
+    finish_cache_job(api_client, namespace, {**fetch_result(), "draftBlockSize": 16})
+    stalled = wait_for(lambda: condition_is(api_client, namespace, "greedy", "ModelsCompatible", "False"),
+                       "ModelsCompatible=False")
+    assert "num_speculative_tokens 16 exceeds the draft's block_size 16 - 1 = 15" in condition(
+        stalled, "ModelsCompatible")["message"]
+    assert deployment(api_client, namespace, "greedy") is None
+    # Lowering the count to what the draft proposes fixes it without a new download.
+    apply(control_plane, namespace, dfd("greedy", numSpeculativeTokens=15))
+    wait_for(lambda: deployment(api_client, namespace, "greedy"), "the Deployment once the count fits")

@@ -64,8 +64,10 @@ def test_resolves_branch_and_tag_to_the_git_commits(hub: Hub, models: dict[str, 
     dest = tmp_path / "cache"
     result = run_fetch(fetch_env, dest, "org/small-target@v2", "org/draft@v0.1")
     assert result.code == 0, result.stderr
+    # draftBlockSize: the tiny draft declares block_size 16, which every deployment checks its own count against.
     assert result.termination == {"ok": True, "targetCommit": models["org/small-target"],
-                                  "draftCommit": models["org/draft"], "problems": [], "error": None}
+                                  "draftCommit": models["org/draft"], "draftBlockSize": 16, "problems": [],
+                                  "error": None}
     resolved = next(e for e in result.events if e["event"] == "resolved")
     assert resolved["target"] == {"repo": "org/small-target", "revision": "v2", "commit": models["org/small-target"]}
     manifest = json.loads((dest / "manifest.json").read_text())
@@ -199,8 +201,8 @@ def test_wrong_revision_fails_with_a_clear_reason(models, fetch_env, tmp_path) -
     dest = tmp_path / "cache"
     result = run_fetch(fetch_env, dest, "org/target@nope", "org/draft@main")
     assert result.code == 1
-    assert result.termination == {"ok": False, "targetCommit": None, "draftCommit": None, "problems": [],
-                                  "error": "revision 'nope' of org/target not found on the hub"}
+    assert result.termination == {"ok": False, "targetCommit": None, "draftCommit": None, "draftBlockSize": None,
+                                  "problems": [], "error": "revision 'nope' of org/target not found on the hub"}
     assert result.stderr.strip() == "fetch failed: revision 'nope' of org/target not found on the hub"
     assert result.last == {"event": "error", "error": "revision 'nope' of org/target not found on the hub"}
     assert not (dest / "manifest.json").exists()

@@ -83,7 +83,8 @@ def test_termination_message_stays_under_4k() -> None:
     data = json.loads(text)
     assert data["problems"] and data["error"].endswith("...") and data["targetCommit"] == "a" * 40
     small = json.loads(termination_message(ok=True, target_commit="t", draft_commit="d", problems=[], error=None))
-    assert small == {"ok": True, "targetCommit": "t", "draftCommit": "d", "problems": [], "error": None}
+    assert small == {"ok": True, "targetCommit": "t", "draftCommit": "d", "draftBlockSize": None, "problems": [],
+                     "error": None}
 
 
 def test_redactor() -> None:

@@ -52,3 +52,11 @@ def test_progress_line_becomes_status_figures() -> None:
     assert parse_progress_line('{"event":"resolved"}') == {} and parse_progress_line("not json") == {}
     outcome = cache_outcome(job(), [], line)
     assert outcome.message == "downloading target and draft: 54.5%"
+
+
+def test_draft_block_size_travels_with_the_verdict() -> None:
+    message = termination_message(ok=True, target_commit="a" * 40, draft_commit="b" * 40, problems=[], error=None,
+                                  draft_block_size=16)
+    assert cache_outcome(job("Complete"), [pod(message)]).draft_block_size == 16
+    legacy = json.dumps({"ok": True, "targetCommit": "a", "draftCommit": "b", "problems": []})
+    assert cache_outcome(job("Complete"), [pod(legacy)]).draft_block_size is None
