@@ -36,6 +36,15 @@ def cache_name(dfd: DFlashDeployment) -> str:
     return f"dflash-cache-{pair_key(dfd)}"
 
 
+def cache_job_name(dfd: DFlashDeployment) -> str:
+    """The download Job's name. Sharers with different hub-token Secrets need different Jobs (a Job's pod template
+    is immutable), writing to the same claim; the program's lock file keeps them from overlapping."""
+    ref = dfd.spec.hub_token_secret_ref
+    if ref is None:
+        return cache_name(dfd)
+    return f"{cache_name(dfd)}-{hashlib.sha256(f'{ref.name}/{ref.key}'.encode()).hexdigest()[:6]}"
+
+
 def cache_field_manager(dfd: DFlashDeployment) -> str:
     # Each sharer applies the shared objects under its own manager, so one DFlashDeployment's apply never drops
     # another's ownerReference (a list keyed by uid that SSA merges per manager).
@@ -117,7 +126,7 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": cache_name(dfd),
+            "name": cache_job_name(dfd),
             "namespace": dfd.metadata["namespace"],
             "labels": cache_labels(dfd),
             "annotations": _annotations(dfd),

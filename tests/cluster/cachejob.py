@@ -51,7 +51,9 @@ def start_cache_job(api_client, namespace: str):
     """Binds the cache claim and waits until the cache pod runs; returns (cache name, pod)."""
     job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
     name = job.metadata.name
-    bind_cache_volume(api_client, namespace, name)
+    claim = next(v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes
+                 if v.persistent_volume_claim is not None)
+    bind_cache_volume(api_client, namespace, claim)
     core = kubernetes.client.CoreV1Api(api_client)
     pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")
                                  .items if p.status.phase == "Running"), None), "the cache pod to run")

@@ -144,3 +144,15 @@ def test_probe_command_is_one_the_images_probe_accepts() -> None:
     args = parse_args(command[1:])
     assert (args.url, args.model, args.prompt, args.max_tokens, args.min_acceptance, args.timeout) == (
         "http://127.0.0.1:8000", "Qwen/Qwen3-Coder-Next", "print(", 8, 0.3, 20.0)
+
+
+def test_sharers_with_different_token_secrets_get_their_own_job_on_the_same_claim() -> None:
+    from dflash_operator.render_cache import cache_job_name, render_cache_job
+
+    plain, gated = load("minimal"), _with("minimal", hubTokenSecretRef={"name": "hub"})
+    other = _with("minimal", hubTokenSecretRef={"name": "other-hub"})
+    assert cache_job_name(plain) == cache_name(plain)
+    assert len({cache_job_name(plain), cache_job_name(gated), cache_job_name(other)}) == 3
+    for dfd in (plain, gated, other):
+        volumes = render_cache_job(dfd, CacheConfig())["spec"]["template"]["spec"]["volumes"]
+        assert volumes[0]["persistentVolumeClaim"]["claimName"] == cache_name(plain)
