@@ -77,9 +77,8 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
         _stall(kube, body, error.reason, str(error), emit)
         return
 
-    manager = cache_field_manager(dfd)
-    _apply_all(kube, body, [render_cache_pvc(dfd)], emit, manager)
-    job = _apply_all(kube, body, [render_cache_job(dfd, config.cache)], emit, manager)
+    job = _apply_all(kube, body, [render_cache_pvc(dfd), render_cache_job(dfd, config.cache)], emit,
+                     cache_field_manager(dfd))
     if job is None:
         return  # stalled: the API server rejected a cache object
     outcome = _cache_outcome(kube, namespace, job)

@@ -52,3 +52,24 @@ def test_rejection_stalls_with_the_servers_message() -> None:
 def test_other_errors_propagate() -> None:
     with pytest.raises(ApiException):
         reconcile(RefusingKube(403), BODY, OperatorConfig(), lambda *a: None)
+
+
+class RejectingClaims(RefusingKube):
+    """Rejects the cache claim only; anything applied after it would be a bug."""
+
+    def __init__(self) -> None:
+        super().__init__(422, 'PersistentVolumeClaim "dflash-cache-x" is invalid: spec.accessModes: Unsupported')
+        self.applied: list[str] = []
+
+    def apply(self, obj: dict, field_manager: str = "") -> dict:
+        self.applied.append(obj["kind"])
+        if obj["kind"] == "PersistentVolumeClaim":
+            raise self.error
+        return obj
+
+
+def test_a_rejected_cache_claim_stops_the_pass() -> None:
+    kube = RejectingClaims()
+    reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
+    assert kube.applied == ["PersistentVolumeClaim"], "applied more after the claim was rejected"
+    assert len(kube.statuses) == 1
