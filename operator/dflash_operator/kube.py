@@ -29,10 +29,9 @@ def load_client() -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient()
 
 
-def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    path = f"{prefix}/namespaces/{namespace}/{_PLURALS[(api_version, kind)]}"
-    return f"{path}/{name}" if name else path
+    return f"{prefix}/namespaces/{namespace}/{_PLURALS[(api_version, kind)]}/{name}"
 
 
 class Kube:
@@ -65,14 +64,6 @@ class Kube:
         path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml",
                           query=[("fieldManager", field_manager), ("force", "true")])
-
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._call(object_path(api_version, kind, namespace, name), "GET")
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
 
     def get_dfd(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

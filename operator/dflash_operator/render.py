@@ -17,7 +17,7 @@ SERVING_PORT = 8000
 MODEL_MOUNT = "/models"
 
 # vLLM short forms of reserved flags; `-tp 2` would otherwise slip past the long-name check.
-_RESERVED_SHORT = {"-tp": "tensor-parallel-size"}
+_RESERVED_SHORT = frozenset({"-tp"})  # --tensor-parallel-size
 
 
 @dataclass(frozen=True)
