@@ -114,8 +114,13 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     for pod in core.list_namespaced_pod(namespace, label_selector=SELECTOR.format("coder")).items:
         assert core.read_node(pod.spec.node_name).metadata.labels["nvidia.com/gpu.present"] == "true"
 
-    not_ready = wait_for(lambda: condition_is(api_client, namespace, "coder", "Ready", "False"), "Ready=False")
-    assert condition(not_ready, "Ready")["reason"] == "WaitingForSpeculativeProbe"
+    # Once the Deployment controller has counted the running pods, the only thing missing is the probe.
+    def waiting_for_probe():
+        obj = condition_is(api_client, namespace, "coder", "Ready", "False")
+        return obj if obj and condition(obj, "Ready")["reason"] == "WaitingForSpeculativeProbe" else None
+
+    not_ready = wait_for(waiting_for_probe, "Ready=False with reason WaitingForSpeculativeProbe")
+    assert condition(not_ready, "Ready")["message"] == "0/2 pods passed the speculative probe"
     assert condition(not_ready, "Reconciling")["status"] == "True"
 
     mark_pods_ready(api_client, namespace, "coder", count=2)
