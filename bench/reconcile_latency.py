@@ -19,11 +19,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import kubernetes
+from dflash_testkit.cachejob import bind_cache_volume, fetch_result
+from dflash_testkit.controlplane import (
+    ControlPlane,
+    build_binaries,
+    default_crds,
+    free_port,
+    http_ok,
+)
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
-import kubernetes  # noqa: E402
-from cachejob import bind_cache_volume, fetch_result  # noqa: E402
-from controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok  # noqa: E402
 
 
 def _poll(check, timeout: float = 120.0) -> float:

@@ -14,10 +14,15 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
-from controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok  # noqa: E402
+from dflash_testkit.controlplane import (
+    ControlPlane,
+    build_binaries,
+    default_crds,
+    free_port,
+    http_ok,
+)
 
+REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "qwen3-coder-next.yaml"
 
 

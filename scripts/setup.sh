@@ -6,5 +6,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 command -v uv >/dev/null || python3 -m pip install --quiet "uv>=0.5"
 if [ ! -x .venv/bin/python ]; then uv venv --quiet --python python3.11 .venv; fi
-uv pip install --quiet --python .venv/bin/python -e '.[test]'
+uv pip install --quiet --python .venv/bin/python -e '.[test]' -e tests/support
 bash tests/cluster/build.sh >/dev/null

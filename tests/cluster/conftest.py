@@ -6,19 +6,21 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import kubernetes
 import pytest
+from dflash_testkit.controlplane import (
+    ControlPlane,
+    build_binaries,
+    default_crds,
+    free_port,
+    http_ok,
+)
+from dflash_testkit.waiting import wait_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from controlplane import ControlPlane, http_ok, build_binaries, default_crds, free_port  # noqa: E402
-
-T = TypeVar("T")
 _PLANE: ControlPlane | None = None
 _OPERATOR_LOG: Path | None = None
 
@@ -61,18 +63,6 @@ def namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRe
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
-
-
-def wait_for(condition: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.25) -> T:
-    """Polls until condition() returns something truthy; the failure says what was awaited and the last value."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last value: {last!r}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from controlplane import ControlPlane
+from dflash_testkit.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -7,13 +7,19 @@ import json
 
 import kubernetes
 import pytest
-from cachejob import (
-    DRAFT_COMMIT, TARGET_COMMIT, cache_job, fetch_result, finish_cache_job, start_cache_job, write_fetch_log,
-)
 from dflash_operator.fetch import progress_line
-from conftest import wait_for
-from controlplane import ControlPlane
-from test_dflashdeployment import apply, condition, condition_is, deployment, dfd, get_dfd
+from dflash_testkit.cachejob import (
+    DRAFT_COMMIT,
+    TARGET_COMMIT,
+    cache_job,
+    fetch_result,
+    finish_cache_job,
+    start_cache_job,
+    write_fetch_log,
+)
+from dflash_testkit.controlplane import ControlPlane
+from dflash_testkit.dfd import apply, condition, condition_is, deployment, dfd, get_dfd
+from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

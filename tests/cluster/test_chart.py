@@ -13,10 +13,10 @@ from pathlib import Path
 import kubernetes
 import pytest
 import yaml
-from cachejob import fetch_result, finish_cache_job
-from conftest import wait_for
-from controlplane import ControlPlane, free_port, http_ok
-from test_dflashdeployment import condition_is, deployment, dfd, mark_pods_ready
+from dflash_testkit.cachejob import fetch_result, finish_cache_job
+from dflash_testkit.controlplane import ControlPlane, free_port, http_ok
+from dflash_testkit.dfd import condition_is, deployment, dfd, mark_pods_ready
+from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

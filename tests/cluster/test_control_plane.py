@@ -12,8 +12,8 @@ from pathlib import Path
 
 import kubernetes
 import pytest
-from conftest import wait_for
-from controlplane import READY_ANNOTATION, ControlPlane
+from dflash_testkit.controlplane import READY_ANNOTATION, ControlPlane
+from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -7,10 +7,10 @@ import subprocess
 import time
 
 import pytest
-from cachejob import fetch_result, finish_cache_job
-from conftest import wait_for
-from controlplane import ControlPlane
-from test_dflashdeployment import condition_is, deployment, dfd, get_dfd, mark_pods_ready
+from dflash_testkit.cachejob import fetch_result, finish_cache_job
+from dflash_testkit.controlplane import ControlPlane
+from dflash_testkit.dfd import condition_is, deployment, dfd, get_dfd, mark_pods_ready
+from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 MANAGER = "argocd-controller"

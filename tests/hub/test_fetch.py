@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hubtools import (
     DRAFT_CONFIG,
     Hub,

@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from dflash_operator.fetch import (
     FetchError,
     RemoteFile,

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lupa import LuaRuntime
-
 from dflash_operator import status
+from lupa import LuaRuntime
 
 SCRIPT = (Path(__file__).resolve().parents[2] / "gitops" / "argocd" / "dflashdeployment-health.lua").read_text()
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
-from dflash_operator.cache_outcome import COMPLETE, DOWNLOADING, FAILED, cache_outcome, parse_progress_line
+from dflash_operator.cache_outcome import (
+    COMPLETE,
+    DOWNLOADING,
+    FAILED,
+    cache_outcome,
+    parse_progress_line,
+)
 from dflash_operator.fetch import termination_message
 from dflash_operator.pairing import Problem
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-
 from dflash_operator.cli import main
 
 GOLDEN = Path(__file__).parent / "golden"

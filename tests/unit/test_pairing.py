@@ -8,7 +8,6 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from dflash_operator.pairing import (
     Problem,
     check_configs,

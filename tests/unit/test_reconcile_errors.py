@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client.rest import ApiException
-
 from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
+from kubernetes.client.rest import ApiException
 
 BODY = {
     "apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",

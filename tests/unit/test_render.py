@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.desired import desired_objects
 from dflash_operator.render import (
-    CacheFacts, InvalidSpec, RenderConfig, render_deployment, reserved_flag_collisions, speculative_config,
+    CacheFacts,
+    InvalidSpec,
+    RenderConfig,
+    render_deployment,
+    reserved_flag_collisions,
+    speculative_config,
 )
 from dflash_operator.render_cache import CacheConfig, cache_name
 

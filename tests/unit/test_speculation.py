@@ -5,8 +5,12 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-
-from dflash_operator.speculation import AddressNotAllowed, SpecCounters, metrics_url, parse_counters
+from dflash_operator.speculation import (
+    AddressNotAllowed,
+    SpecCounters,
+    metrics_url,
+    parse_counters,
+)
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

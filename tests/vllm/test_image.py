@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 import vllm_proc
 
 pytestmark = pytest.mark.vllm

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 import vllm_proc
 
 VLLM_SERIES = "0.23"

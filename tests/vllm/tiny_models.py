@@ -22,7 +22,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3Model, Qwen3NextConfig, Qwen3NextForCausalLM
+from transformers import (
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3Model,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
+)
 
 VOCAB = 512  # embedding rows; the trained tokenizer uses fewer
 HIDDEN = 128

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from _load import load
 
 plugin = load("plugin")

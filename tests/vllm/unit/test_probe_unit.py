@@ -11,7 +11,6 @@ import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from _load import load
 
 probe = load("probe")

@@ -4,8 +4,8 @@ etcd, kube-apiserver (TLS, RBAC, service-account signing), kube-controller-manag
 child processes bound to loopback on free ports; kwok fakes GPU nodes and the pod lifecycle. Binaries come from
 tests/cluster/build.sh (built from Go modules, cached). Every component logs to its own file.
 
-    python tests/cluster/controlplane.py up            # start, print the kubeconfig path, run until Ctrl-C
-    python tests/cluster/controlplane.py demo          # start, show `kubectl get nodes`, stop
+    python -m dflash_testkit.controlplane up            # start, print the kubeconfig path, run until Ctrl-C
+    python -m dflash_testkit.controlplane demo          # start, show `kubectl get nodes`, stop
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pki import Pki, make_pki  # noqa: E402
+from dflash_testkit import CLUSTER_TESTS, REPO
+from dflash_testkit.pki import Pki, make_pki
 
-HERE = Path(__file__).resolve().parent
 # Pod and Service addresses are handed out from loopback ranges, so nothing a test could dial leaves the machine.
 POD_CIDR = "127.1.0.0/16"
 SERVICE_CIDR = "127.2.0.0/16"
@@ -40,7 +39,7 @@ GPU_PRODUCT = "NVIDIA-H100-80GB-HBM3"
 def build_binaries() -> Path:
     """Runs the cached build and returns the folder holding every binary."""
     out = subprocess.run(
-        ["bash", str(HERE / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
+        ["bash", str(CLUSTER_TESTS / "build.sh")], check=True, stdout=subprocess.PIPE, text=True
     ).stdout
     return Path(out.strip().splitlines()[-1])
 
@@ -242,7 +241,7 @@ class ControlPlane:
         parts = [
             (stock / "fast" / "node-initialize.yaml").read_text(),
             (stock / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml").read_text(),
-            (HERE / "kwok-pod-stages.yaml").read_text(),
+            (CLUSTER_TESTS / "kwok-pod-stages.yaml").read_text(),
         ]
         # Logs of every container named "fetch" (the cache Job) are served from one file a test may write, through
         # the real path: API server -> the node's kubelet endpoint (kwok, on loopback) -> file.
@@ -371,7 +370,7 @@ def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
 
 
 def default_crds() -> list[Path]:
-    return sorted((HERE.parent.parent / "crds").glob("*.yaml"))
+    return sorted((REPO / "crds").glob("*.yaml"))
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -8,7 +8,8 @@ import datetime
 import json
 
 import kubernetes
-from conftest import wait_for
+
+from dflash_testkit.waiting import wait_for
 
 CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
 TARGET_COMMIT = "1" * 40
