@@ -12,8 +12,11 @@ from dflash_operator.pairing import (
     Problem,
     check_configs,
     check_pair,
+    draft_layout,
     main_check_pair,
+    parse_version,
     tokenizer_fingerprint,
+    vllm_draft_view,
 )
 
 TARGET = {
@@ -43,9 +46,9 @@ TOKENIZER = {
 
 
 def check(target: dict | None = None, draft: dict | None = None, *, tok_t: str | None = "t", tok_d: str | None = None,
-          k: int | None = 15, d2t: bool | None = None) -> list[Problem]:
+          k: int | None = 15, d2t: bool | None = None, vllm: str | None = None) -> list[Problem]:
     return check_configs(target or TARGET, draft or DRAFT, target_tokenizer=tok_t, draft_tokenizer=tok_d,
-                         num_speculative_tokens=k, draft_has_d2t=d2t)
+                         num_speculative_tokens=k, draft_has_d2t=d2t, vllm_version=vllm)
 
 
 def with_(base: dict, **changes) -> dict:
@@ -246,3 +249,170 @@ def test_cli_exit_codes_and_output(tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out.strip() == "compatible"
     (draft / "config.json").write_text("{not json")
     assert main_check_pair([str(target), str(draft)]) == 2
+
+
+# --- every draft format vLLM serves ---
+
+SPEC_DRAFT = {  # the speculators layout of DRAFT: aux ids count from 1
+    "speculators_model_type": "dflash",
+    "architectures": ["DFlashSpeculator"],
+    "transformer_layer_config": {"model_type": "qwen3", "hidden_size": 128, "vocab_size": 2048,
+                                 "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+                                 "head_dim": 64},
+    "target_hidden_size": 128,
+    "draft_vocab_size": 2048,
+    "mask_token_id": 2047,
+    "aux_hidden_state_layer_ids": [2, 3],
+    "speculators_config": {"proposal_methods": [{"speculative_tokens": 3}], "verifier": {"name_or_path": "t"}},
+}
+DFLASH2_KEYS = {"conv_kernel_size": 4, "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}
+
+
+def spec(**changes) -> dict:
+    out = copy.deepcopy(SPEC_DRAFT)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def test_vllm_view_of_the_speculators_layout_is_what_vllms_reader_makes() -> None:
+    view = vllm_draft_view(spec())
+    assert view["architectures"] == ["DFlashDraftModel"]
+    assert view["dflash_config"] == {"mask_token_id": 2047, "target_layer_ids": [1, 2]}
+    assert view["eagle_aux_hidden_state_layer_ids"] == [2, 3]
+    assert (view["hidden_size"], view["vocab_size"], view["target_hidden_size"]) == (128, 2048, 128)
+    two = vllm_draft_view(spec(speculators_model_type="dflash2", **DFLASH2_KEYS))
+    assert two["architectures"] == ["DFlash2DraftModel"] and two["dflash_config"]["selector_top_k"] == 4
+    assert draft_layout(spec()).name == "speculators" and draft_layout(DRAFT).name == "z-lab"
+
+
+def test_speculators_layout_good_pair_and_each_bad_field_named_as_written() -> None:
+    assert check(draft=spec()) == []
+    assert check(draft=spec(speculators_model_type="dflash2", **DFLASH2_KEYS)) == []
+    p = only(check(draft=spec(target_hidden_size=256)))
+    assert p.code == "HiddenSizeMismatch" and "256 (its target_hidden_size)" in p.message
+    layer = copy.deepcopy(SPEC_DRAFT["transformer_layer_config"]) | {"vocab_size": 4096}
+    p = only(check(draft=spec(transformer_layer_config=layer)))
+    assert p.code == "VocabSizeMismatch" and "transformer_layer_config.vocab_size 4096" in p.message
+    p = only(check(draft=spec(mask_token_id=2048)))
+    assert p.code == "MaskTokenIdOutOfRange" and p.message.startswith("mask_token_id 2048 ")
+    assert only(check(draft=spec(mask_token_id=None))).message == "mask_token_id is absent; vLLM requires it"
+    assert only(check(draft=spec(aux_hidden_state_layer_ids=None))).code == "TargetLayerIdsMissing"
+
+
+@pytest.mark.parametrize(("aux", "ok"), [([1, 4], True), ([0, 2], False), ([2, 5], False)],
+                         ids=["both-ends-good", "low-end-0", "high-end-5"])
+def test_speculators_aux_ids_count_from_one(aux: list[int], ok: bool) -> None:
+    problems = check(draft=spec(aux_hidden_state_layer_ids=aux))
+    if ok:
+        assert problems == []
+        return
+    p = only(problems)
+    bad = aux[0] if aux[0] == 0 else aux[1]
+    assert p.code == "TargetLayerIdOutOfRange"
+    assert f"= {bad} (target layer {bad - 1} counted from 0; vLLM subtracts 1)" in p.message
+    assert "4 layers [1, 4]" in p.message
+
+
+def test_z_lab_layer_ids_at_both_ends() -> None:
+    assert check(draft=with_(DRAFT, target_layer_ids=[0, 3])) == []
+
+
+def test_speculators_layout_that_is_not_dflash_or_not_readable() -> None:
+    p = only(check(draft=spec(speculators_model_type="eagle3")))
+    assert p.code == "UnsupportedDraftFormat" and "'eagle3'" in p.message
+    p = only(check(draft=spec(speculators_config=None, model_type="dflash")))
+    assert p.code == "DraftConfigUnreadable" and "'dflash'" in p.message
+    assert check(draft=spec(speculators_config=None, model_type="speculators")) == []
+
+
+def test_every_dflash_architecture_vllm_registers_is_accepted_with_vllms_prefixing() -> None:
+    for arch in ("DFlashDraftModel", "DFlashLagunaForCausalLM", "MuseGlimmerAssistantModel",
+                 "DFlashMuseGlimmerAssistantModel", "LagunaForCausalLM"):  # the last becomes DFlashLaguna...
+        assert check(draft=with_(DRAFT, architectures=[arch])) == [], arch
+    assert vllm_draft_view(with_(DRAFT, architectures=["MuseGlimmerAssistantModel"]))["architectures"] == [
+        "DFlashMuseGlimmerAssistantModel"]
+    p = only(check(draft=with_(DRAFT, architectures=["Qwen3ForCausalLM"])))
+    assert p.code == "UnsupportedDraftArchitecture" and "prefixes a name with DFlash" in p.message
+
+
+def test_dflash2_needs_its_convolution_and_selector_keys() -> None:
+    draft = with_(DRAFT, architectures=["DFlash2DraftModel"])
+    draft["dflash_config"] |= DFLASH2_KEYS
+    assert check(draft=draft) == []
+    del draft["dflash_config"]["selector_rank"], draft["dflash_config"]["conv_group_size"]
+    p = only(check(draft=draft))
+    assert p.code == "DraftConfigIncomplete"
+    assert "dflash_config.conv_group_size, dflash_config.selector_rank" in p.message
+    p = only(check(draft=spec(speculators_model_type="dflash2")))
+    assert p.code == "DraftConfigIncomplete" and "needs conv_kernel_size, conv_group_size" in p.message
+
+
+def test_architecture_newer_than_the_serving_vllm() -> None:
+    draft = with_(DRAFT, architectures=["DFlash2DraftModel"])
+    draft["dflash_config"] |= DFLASH2_KEYS
+    p = only(check(draft=draft, vllm="0.23.0"))
+    assert p.code == "DraftArchitectureNeedsNewerVLLM"
+    assert p.message == ("draft architecture DFlash2DraftModel is served from vLLM 0.28 on; the serving vLLM is "
+                         "0.23.0")
+    assert check(draft=draft, vllm="0.28.0") == [] == check(draft=draft, vllm=None)
+    assert check(vllm="0.20.1") == []  # DFlashDraftModel: every DFlash release
+
+
+HYBRID = TARGET | {"layer_types": ["linear_attention", "full_attention"] * 2, "num_attention_heads": 2,
+                   "num_key_value_heads": 1, "head_dim": 64}
+
+
+@pytest.mark.parametrize(("vllm", "heads", "flagged"), [
+    ("0.23.0", 1, False), ("0.23.0", 2, True), ("0.25.1", 2, True), ("0.26.0", 2, False), ("0.32.0", 2, False),
+    (None, 2, False)])
+def test_kv_geometry_rule_bites_only_before_vllm_0_26(vllm: str | None, heads: int, flagged: bool) -> None:
+    draft = with_(DRAFT, num_attention_heads=2, num_key_value_heads=heads, head_dim=64)
+    problems = check(target=HYBRID, draft=draft, vllm=vllm)
+    if not flagged:
+        assert problems == []
+        return
+    p = only(problems)
+    assert p.code == "KVGeometryMismatch"
+    assert "= 128, the hybrid linear-attention target's = 64" in p.message
+    assert f"vLLM {vllm} cannot" in p.message and "use vLLM 0.26+ or a draft whose" in p.message
+
+
+def test_kv_geometry_rule_needs_a_hybrid_target_and_reads_speculators_drafts() -> None:
+    wide = with_(DRAFT, num_attention_heads=2, num_key_value_heads=2, head_dim=64)
+    assert check(target=HYBRID | {"layer_types": ["full_attention"] * 4}, draft=wide, vllm="0.23.0") == []
+    # Qwen3Next without layer_types in its config is still hybrid (its default interleaves linear attention).
+    qwen3next = {k: v for k, v in HYBRID.items() if k != "layer_types"} | {"model_type": "qwen3_next"}
+    assert only(check(target=qwen3next, draft=wide, vllm="0.24.0")).code == "KVGeometryMismatch"
+    layer = SPEC_DRAFT["transformer_layer_config"] | {"head_dim": 128}
+    assert only(check(target=HYBRID, draft=spec(transformer_layer_config=layer), vllm="0.23.0")).code == \
+        "KVGeometryMismatch"
+
+
+def test_version_parsing() -> None:
+    assert parse_version("0.23.0") == (0, 23) and parse_version("v0.26.1rc1+cpu") == (0, 26)
+    assert parse_version(None) is None and parse_version("main") is None
+
+
+def test_cli_json_verdict_names_checker_version_and_layout(tmp_path: Path, capsys) -> None:
+    target = write_model(tmp_path / "t", HYBRID, TOKENIZER)
+    draft = write_model(tmp_path / "d", spec(transformer_layer_config=SPEC_DRAFT["transformer_layer_config"]
+                                             | {"num_key_value_heads": 2}))
+    assert main_check_pair([str(target), str(draft), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"compatible": True, "problems": [], "checked_by": "operator",
+                                                   "vllm_version": None, "draft_layout": "speculators", "notes": []}
+    assert main_check_pair([str(target), str(draft), "--json", "--vllm-version", "0.23.0"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [p["code"] for p in report["problems"]] == ["KVGeometryMismatch"] and report["vllm_version"] == "0.23.0"
+
+
+def test_the_images_copy_of_this_module_is_identical() -> None:
+    """images/vllm carries pairing.py for dflash-check-pair (the image has no operator package): it must not drift."""
+    root = Path(__file__).resolve().parents[2]
+    ours = (root / "operator" / "dflash_operator" / "pairing.py").read_text()
+    copy_ = (root / "images" / "vllm" / "plugin" / "dflash_vllm" / "pairing.py").read_text()
+    assert copy_ == ours, ("images/vllm/plugin/dflash_vllm/pairing.py drifted; "
+                           "cp operator/dflash_operator/pairing.py images/vllm/plugin/dflash_vllm/pairing.py")
