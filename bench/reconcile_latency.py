@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import kubernetes
+
 from dflash_testkit.cachejob import bind_cache_volume, fetch_result
 from dflash_testkit.controlplane import (
     ControlPlane,
@@ -56,7 +57,7 @@ def _finish(core: kubernetes.client.CoreV1Api, namespace: str, job_name: str) ->
     started = pod.status.container_statuses[0].state.running.started_at.isoformat().replace("+00:00", "Z")
     core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Succeeded",
         "containerStatuses": [{"name": "fetch", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
-                               "state": {"terminated": {"exitCode": 0, "message": json.dumps(fetch_result()),
+                               "state": {"terminated": {"exitCode": 0, "message": fetch_result().to_message(),
                                                         "startedAt": started, "finishedAt": started}}}]}})
 
 
@@ -81,7 +82,7 @@ def run(count: int) -> dict:
                 # Peer: create -> readable, the API server's own round trip.
                 start = time.monotonic()
                 core.create_namespaced_config_map(namespace, {"metadata": {"name": "probe"}})
-                floor.append(_poll(lambda: core.list_namespaced_config_map(namespace).items) - start)
+                floor.append(_poll(lambda ns=namespace: core.list_namespaced_config_map(ns).items) - start)
 
                 body = {"apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
                         "metadata": {"name": "coder"},
@@ -90,15 +91,16 @@ def run(count: int) -> dict:
                 start = time.monotonic()
                 custom.create_namespaced_custom_object("serving.dflash.dev", "v1alpha1", namespace,
                                                        "dflashdeployments", body)
-                first.append(_poll(lambda: batch.list_namespaced_job(namespace).items) - start)
+                first.append(_poll(lambda ns=namespace: batch.list_namespaced_job(ns).items) - start)
                 job = batch.list_namespaced_job(namespace).items[0].metadata.name
                 bind_cache_volume(client, namespace, job)
                 _finish(core, namespace, job)
                 start = time.monotonic()
-                _poll(lambda: any(c.type == "Complete" and c.status == "True"
-                                  for c in batch.read_namespaced_job(job, namespace).status.conditions or []))
+                _poll(lambda ns=namespace, job=job: any(
+                    c.type == "Complete" and c.status == "True"
+                    for c in batch.read_namespaced_job(job, ns).status.conditions or []))
                 complete = time.monotonic()
-                gated.append(_poll(lambda: apps.list_namespaced_deployment(namespace).items) - complete)
+                gated.append(_poll(lambda ns=namespace: apps.list_namespaced_deployment(ns).items) - complete)
         finally:
             operator.terminate()
             operator.wait(20)

@@ -15,7 +15,8 @@ tier() {  # tier <name> <command...>: runs one tier; pytest's exit 5 (no tests c
   [ $rc -eq 0 ] || failed+=("$name(exit $rc)")
 }
 
-tier unit .venv/bin/python -m pytest tests/unit -q
+# The unit tier's gates: ruff on every Python file, mypy on the operator package, then the tests.
+tier unit bash -c '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest tests/unit -q'
 tier cluster .venv/bin/python -m pytest tests/cluster -q
 tier hub bash tests/hub/run.sh
 tier vllm bash tests/vllm/run.sh

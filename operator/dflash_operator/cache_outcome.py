@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflash_operator.cache_result import CacheResult
+
 DOWNLOADING, FAILED, COMPLETE = "Downloading", "Failed", "Complete"
 
 
@@ -28,21 +30,12 @@ def _condition(job: dict[str, Any], kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in job.get("status", {}).get("conditions", []))
 
 
-def _termination_message(pod: dict[str, Any]) -> dict[str, Any] | None:
+def _result(pod: dict[str, Any]) -> CacheResult | None:
     for status in pod.get("status", {}).get("containerStatuses", []) or []:
         message = ((status.get("state") or {}).get("terminated") or {}).get("message")
         if message:
-            try:
-                parsed = json.loads(message)
-            except ValueError:
-                return {"ok": False, "error": message.strip().splitlines()[-1][:500]}
-            return parsed if isinstance(parsed, dict) else None
+            return CacheResult.from_message(message)
     return None
-
-
-def _block_size(result: dict[str, Any]) -> int | None:
-    value = result.get("draftBlockSize")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def parse_progress_line(line: str) -> dict[str, Any]:
@@ -64,31 +57,27 @@ def parse_progress_line(line: str) -> dict[str, Any]:
     return progress
 
 
+def _verified(result: CacheResult) -> CacheOutcome:
+    return CacheOutcome(COMPLETE, "both models are cached and verified", result.target_commit, result.draft_commit,
+                        list(result.problems), {"percent": 100.0}, result.draft_block_size)
+
+
 def cache_outcome(job: dict[str, Any] | None, pods: list[dict[str, Any]], last_log_line: str = "") -> CacheOutcome:
     if job is None:
         return CacheOutcome(DOWNLOADING, "the cache Job is being created")
     newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
-    results = [r for r in map(_termination_message, newest_first) if r is not None]
+    results = [r for r in map(_result, newest_first) if r is not None]
+    error = next((r.error for r in results if r.error), None)
     if _condition(job, "Complete"):
-        result = next((r for r in results if r.get("ok") is not None), {})
-        problems = [{"code": str(p.get("code", "")), "message": str(p.get("message", ""))}
-                    for p in result.get("problems") or []]
-        return CacheOutcome(COMPLETE, "both models are cached and verified",
-                            result.get("targetCommit"), result.get("draftCommit"), problems,
-                            {"percent": 100.0}, _block_size(result))
+        return _verified(next((r for r in results if not r.error), CacheResult(ok=True)))
     if _condition(job, "Failed"):
-        error = next((r.get("error") for r in results if r.get("error")), None)
-        problems = next((r.get("problems") for r in results if r.get("problems")), None)
-        if problems:  # the program exits non-zero on an incompatible pair; that is a verdict, not a failure
-            return CacheOutcome(COMPLETE, "both models are cached and verified",
-                                results[0].get("targetCommit"), results[0].get("draftCommit"),
-                                [{"code": str(p.get("code", "")), "message": str(p.get("message", ""))}
-                                 for p in problems], {"percent": 100.0}, _block_size(results[0]))
+        verdict = next((r for r in results if r.problems), None)
+        if verdict is not None:  # the program exits non-zero on an incompatible pair: a verdict, not a failure
+            return _verified(verdict)
         return CacheOutcome(FAILED, error or "the cache Job failed; see its pod's log")
     progress = parse_progress_line(last_log_line)
     percent = progress.get("percent")
     message = f"downloading target and draft: {percent:g}%" if percent is not None else "downloading target and draft"
-    error = next((r.get("error") for r in results if r.get("error")), None)
     if error:  # an earlier attempt failed; the Job retries with backoff, resuming the download
         message += f" (retrying after: {error})"
     return CacheOutcome(DOWNLOADING, message, progress=progress)

@@ -29,8 +29,9 @@ def _render(args: argparse.Namespace) -> int:
 
     from dflash_operator.api import DFlashDeployment
     from dflash_operator.desired import desired_objects
-    from dflash_operator.render import CacheFacts, InvalidSpec, RenderConfig
+    from dflash_operator.render import CacheFacts, RenderConfig
     from dflash_operator.render_cache import CacheConfig, cache_name
+    from dflash_operator.validation import spec_problems
 
     source = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     body = yaml.safe_load(source)
@@ -40,31 +41,42 @@ def _render(args: argparse.Namespace) -> int:
     metadata.setdefault("uid", "00000000-0000-0000-0000-000000000000")
     try:
         dfd = DFlashDeployment.model_validate(body)
-        # Commits are resolved by the cache Job at run time; review shows the objects with them left blank.
-        objects = desired_objects(dfd, RenderConfig(), CacheConfig(), CacheFacts(claim_name=cache_name(dfd)))
     except ValidationError as error:
         print(f"invalid DFlashDeployment: {error}", file=sys.stderr)
         return 1
-    except InvalidSpec as error:
-        print(f"{error.reason}: {error}", file=sys.stderr)
+    problems = spec_problems(dfd)
+    for problem in problems:
+        print(f"{problem.reason}: {problem.message}", file=sys.stderr)
+    if problems:
         return 1
+    # Commits are resolved by the cache Job at run time; review shows the objects with them left blank.
+    objects = desired_objects(dfd, RenderConfig(), CacheConfig(), CacheFacts(claim_name=cache_name(dfd)))
     sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=120))
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
+    import os
+
     import kubernetes
 
+    from dflash_operator.config import ConfigError, from_environment
     from dflash_operator.kube import load_client
     from dflash_operator.main import run_operator
 
+    # Fail here, in one line, rather than in a traceback from inside kopf's startup.
     try:
-        load_client()  # fail here, in one line, rather than in a traceback from inside kopf's startup
+        config = from_environment(os.environ, namespaces=tuple(args.namespace), liveness_endpoint=args.liveness)
+    except ConfigError as error:
+        print(f"dflash-operator run: {error}", file=sys.stderr)
+        return 2
+    try:
+        load_client()
     except kubernetes.config.ConfigException as error:
         print(f"dflash-operator run: no Kubernetes configuration (not in a cluster, no usable kubeconfig): {error}",
               file=sys.stderr)
         return 2
-    return run_operator(namespaces=args.namespace, liveness=args.liveness)
+    return run_operator(config)
 
 
 def _check_pair(args: argparse.Namespace) -> int:
@@ -76,12 +88,6 @@ def _check_pair(args: argparse.Namespace) -> int:
     return main_check_pair(argv)
 
 
-def _fetch_cache(args: argparse.Namespace) -> int:
-    from dflash_operator.fetch import main as fetch_main
-
-    return fetch_main(args.rest)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dflash-operator", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -90,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the operator against the current kubeconfig or in-cluster config")
     run.add_argument("-n", "--namespace", action="append", default=[],
                      help="watch only this namespace (repeatable); default: the whole cluster")
-    run.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
+    run.add_argument("--liveness", default=None, help="kopf liveness endpoint (default http://0.0.0.0:8080/healthz)")
     run.set_defaults(handler=_run)
 
     render = commands.add_parser("render", help="print the objects the operator would create for a DFlashDeployment")
@@ -104,11 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--num-speculative-tokens", type=int, default=None)
     check.add_argument("--json", action="store_true", help="print the problems as JSON")
     check.set_defaults(handler=_check_pair)
-
-    fetch = commands.add_parser("fetch-cache", add_help=False,
-                                help="download and verify a target/draft pair (what the cache Job runs)")
-    fetch.add_argument("rest", nargs=argparse.REMAINDER)
-    fetch.set_defaults(handler=_fetch_cache)
 
     crd = commands.add_parser("crd", help="print (or write) the CRD generated from the API models")
     crd.add_argument("-o", "--output", action="append",

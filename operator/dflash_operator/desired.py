@@ -1,18 +1,19 @@
-"""Everything one DFlashDeployment should own, for `dflash-operator render` and the golden files."""
+"""Everything one DFlashDeployment should own, in apply order: what reconcile applies and `render` prints."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.render import CacheFacts, RenderConfig, serving_objects, validate
+from dflash_operator.render import CacheFacts, RenderConfig, serving_objects
 from dflash_operator.render_cache import CacheConfig, render_cache_job, render_cache_pvc
 
 
 def desired_objects(dfd: DFlashDeployment, config: RenderConfig, cache_config: CacheConfig,
                     cache: CacheFacts | None) -> list[dict[str, Any]]:
-    """The cache objects always; the serving objects once the cache is verified (`cache` given)."""
-    validate(dfd, config)
+    """The cache objects always; the serving objects once the cache is verified and the pair fits (`cache` given).
+
+    Assumes a spec without problems (validation.spec_problems); renders, never raises."""
     objects = [render_cache_pvc(dfd), render_cache_job(dfd, cache_config)]
     if cache is not None:
         objects += serving_objects(dfd, config, cache)

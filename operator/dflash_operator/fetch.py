@@ -1,6 +1,6 @@
 """The cache Job's program: fetch a target and its DFlash draft, pinned and verified, then check the pair.
 
-    python -m dflash_operator.fetch --target ORG/REPO@REV --draft ORG/REPO@REV --dest DIR [--num-speculative-tokens K]
+    python -m dflash_operator.fetch --target ORG/REPO@REV --draft ORG/REPO@REV --dest DIR
 
 Layout: DIR/target and DIR/draft are plain model directories (`vllm serve DIR/target`), DIR/manifest.json is written
 last and atomically, so its presence means the whole pair is there and verified. Partial files live under
@@ -32,16 +32,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dflash_operator.cache_result import EXIT_ERROR, EXIT_OK, INCOMPATIBLE_EXIT_CODE, CacheResult, problem_dicts
 from dflash_operator.pairing import PairInputError, Problem, check_pair, draft_block_size, read_config
 
 ROLES = ("target", "draft")
 MANIFEST = "manifest.json"
 CLAIM = ".fetch-pair.json"  # written first: marks a partial cache as belonging to one pair
 PARTIAL = ".partial"
-TERMINATION_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 CHUNK = 1024 * 1024
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-EXIT_OK, EXIT_ERROR, EXIT_INCOMPATIBLE = 0, 1, 3
 
 
 class FetchError(Exception):
@@ -143,26 +142,6 @@ def progress_line(snapshot: dict[str, dict[str, int]], event: str = "progress", 
     total = sum(s["bytesTotal"] for s in snapshot.values())
     percent = 100.0 if total == 0 else round(100.0 * done / total, 1)
     return json.dumps({"event": event, **snapshot, "percent": percent, **extra}, separators=(",", ":"))
-
-
-def termination_message(*, ok: bool, target_commit: str | None, draft_commit: str | None,
-                        problems: Sequence[Problem], error: str | None, draft_block_size: int | None = None) -> str:
-    """JSON under Kubernetes' 4 KiB cap: long messages are cut first, then trailing problems are dropped."""
-    def render(items: list[dict[str, str]], err: str | None) -> str:
-        # draftBlockSize lets each deployment sharing this cache check its own num_speculative_tokens.
-        return json.dumps({"ok": ok, "targetCommit": target_commit, "draftCommit": draft_commit,
-                           "draftBlockSize": draft_block_size, "problems": items, "error": err},
-                          separators=(",", ":"))
-
-    items = [p.to_dict() for p in problems]
-    text = render(items, error)
-    if len(text.encode()) < TERMINATION_LIMIT:
-        return text
-    err = error if error is None or len(error) <= 1000 else error[:997] + "..."
-    items = [{"code": i["code"], "message": i["message"][:200]} for i in items]
-    while items and len(render(items, err).encode()) >= TERMINATION_LIMIT:
-        items.pop()
-    return render(items, err)
 
 
 def redactor(secret: str | None) -> Callable[[str], str]:
@@ -455,20 +434,20 @@ def _manifest_files(manifest: dict, role: str) -> list[RemoteFile]:
     return files
 
 
-def _pairing(dest: Path, k: int | None) -> list[Problem]:
+def _pairing(dest: Path) -> list[Problem]:
+    # num_speculative_tokens is each sharer's own choice, checked by the operator against draftBlockSize.
     try:
-        return check_pair(dest / "target", dest / "draft", k)
+        return check_pair(dest / "target", dest / "draft")
     except PairInputError as error:
         raise FetchError(f"cannot check the pair: {error}") from None
 
 
 def _manifest(refs: dict[str, RepoRef], commits: dict[str, str], files: dict[str, list[RemoteFile]],
-              problems: list[Problem], k: int | None) -> dict[str, Any]:
+              problems: list[Problem]) -> dict[str, Any]:
     return {
         "version": 1,
         **{role: {"repo": refs[role].repo, "revision": refs[role].revision, "commit": commits[role],
                   "files": [f.to_dict() for f in files[role]]} for role in ROLES},
-        "numSpeculativeTokens": k,
         "compatible": not problems,
         "problems": [p.to_dict() for p in problems],
         "completedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -491,7 +470,6 @@ def run(args: argparse.Namespace, emit: Callable[[str], None], commits: dict[str
     """Make DIR a complete, verified cache of the pair; fills `commits` as soon as they are known."""
     refs = {"target": args.target, "draft": args.draft}
     dest: Path = args.dest
-    k = args.num_speculative_tokens
     started = time.monotonic()
     dest.mkdir(parents=True, exist_ok=True)
     _lock(dest, emit)
@@ -527,18 +505,16 @@ def run(args: argparse.Namespace, emit: Callable[[str], None], commits: dict[str
         bad = [(r, f.path, why) for r in ROLES for f in files[r]
                if (why := verify_local(dest / r / f.path, f, hashes=args.full_verify))]
         if not bad:
-            problems = _pairing(dest, k)
-            stale = [p.to_dict() for p in problems] != manifest.get("problems")
-            if stale or manifest.get("numSpeculativeTokens") != k:
-                write_atomic(dest / MANIFEST, _json_bytes({**manifest, "numSpeculativeTokens": k,
-                                                           "compatible": not problems,
+            problems = _pairing(dest)
+            if [p.to_dict() for p in problems] != manifest.get("problems"):
+                write_atomic(dest / MANIFEST, _json_bytes({**manifest, "compatible": not problems,
                                                            "problems": [p.to_dict() for p in problems]}))
             sizes = {r: sum(f.size for f in files[r]) for r in ROLES}
             snap = {r: {"bytesDone": sizes[r], "bytesTotal": sizes[r], "filesDone": len(files[r]),
                         "filesTotal": len(files[r])} for r in ROLES}
             emit(progress_line(snap, "complete", bytesFetched=0, cached=True, compatible=not problems,
                                seconds=round(time.monotonic() - started, 2)))
-            return Outcome(EXIT_INCOMPATIBLE if problems else EXIT_OK, commits, problems, None)
+            return Outcome(INCOMPATIBLE_EXIT_CODE if problems else EXIT_OK, commits, problems, None)
         # The manifest no longer tells the truth: drop it first, so a kill from here on leaves no false "complete".
         (dest / MANIFEST).unlink()
         for role, path, why in bad:
@@ -588,12 +564,12 @@ def run(args: argparse.Namespace, emit: Callable[[str], None], commits: dict[str
     finally:
         printer.stop()
 
-    problems = _pairing(dest, k)
-    write_atomic(dest / MANIFEST, _json_bytes(_manifest(refs, resolved, metas, problems, k)))
+    problems = _pairing(dest)
+    write_atomic(dest / MANIFEST, _json_bytes(_manifest(refs, resolved, metas, problems)))
     _cleanup_partials(dest)
     emit(progress_line(progress.snapshot(), "complete", bytesFetched=progress.fetched, cached=False,
                        compatible=not problems, seconds=round(time.monotonic() - started, 2)))
-    return Outcome(EXIT_INCOMPATIBLE if problems else EXIT_OK, commits, problems, None)
+    return Outcome(INCOMPATIBLE_EXIT_CODE if problems else EXIT_OK, commits, problems, None)
 
 
 def _interleave(items: list[tuple[str, RemoteFile]]) -> list[tuple[str, RemoteFile]]:
@@ -653,7 +629,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", required=True, type=_ref_arg, help="ORG/REPO@REVISION of the target model")
     parser.add_argument("--draft", required=True, type=_ref_arg, help="ORG/REPO@REVISION of the DFlash draft")
     parser.add_argument("--dest", required=True, type=Path, help="cache directory (the volume's mount)")
-    parser.add_argument("--num-speculative-tokens", type=int, default=None)
     parser.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
     parser.add_argument("--workers", type=int, default=4, help="parallel file downloads across both models")
     parser.add_argument("--full-verify", action="store_true",
@@ -688,9 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if outcome.error:
         emit(json.dumps({"event": "error", "error": outcome.error}, separators=(",", ":")))
         print(f"fetch failed: {outcome.error}", file=sys.stderr)
-    message = termination_message(ok=outcome.code == EXIT_OK, target_commit=outcome.commits.get("target"),
-                                  draft_commit=outcome.commits.get("draft"), problems=outcome.problems,
-                                  error=outcome.error, draft_block_size=_cached_block_size(args.dest))
+    message = CacheResult(ok=outcome.code == EXIT_OK, target_commit=outcome.commits.get("target"),
+                          draft_commit=outcome.commits.get("draft"), draft_block_size=_cached_block_size(args.dest),
+                          problems=problem_dicts(outcome.problems), error=outcome.error).to_message()
     try:
         args.termination_log.write_text(redact(message))
     except OSError as error:

@@ -9,16 +9,7 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from dflash_operator.api import GROUP, PLURAL, VERSION
-
-FIELD_MANAGER = "dflash-operator"
-
-_PLURALS = {
-    ("v1", "Service"): "services",
-    ("v1", "PersistentVolumeClaim"): "persistentvolumeclaims",
-    ("apps/v1", "Deployment"): "deployments",
-    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
-    ("batch/v1", "Job"): "jobs",
-}
+from dflash_operator.ownership import FIELD_MANAGER, child_kind
 
 
 def load_client() -> kubernetes.client.ApiClient:
@@ -31,7 +22,7 @@ def load_client() -> kubernetes.client.ApiClient:
 
 def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    return f"{prefix}/namespaces/{namespace}/{_PLURALS[(api_version, kind)]}/{name}"
+    return f"{prefix}/namespaces/{namespace}/{child_kind(api_version, kind).plural}/{name}"
 
 
 class Kube:
@@ -55,7 +46,7 @@ class Kube:
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
 
-    def apply(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
         """Server-side apply with one field manager: idempotent, and a no-op write when nothing changed.
 
         force=True takes back fields someone edited by hand (drift repair); fields the operator never sets stay
@@ -65,9 +56,19 @@ class Kube:
         return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml",
                           query=[("fieldManager", field_manager), ("force", "true")])
 
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Job as the server has it, or None when it does not exist (yet)."""
+        try:
+            return self._call(object_path("batch/v1", "Job", namespace, name), "GET")
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
     def get_dfd(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            found = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            return found if isinstance(found, dict) else None
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -93,6 +94,6 @@ class Kube:
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [
             pod.status.pod_ip for pod in pods
-            if pod.status and pod.status.pod_ip and pod.metadata.deletion_timestamp is None
+            if pod.status and pod.status.pod_ip and pod.metadata and pod.metadata.deletion_timestamp is None
             and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
         ]

@@ -1,23 +1,24 @@
-"""Starts the operator: kopf with our handlers, cluster-wide or on the given namespaces."""
+"""Starts the operator: kopf with our handlers, cluster-wide or on the configured namespaces."""
 
 from __future__ import annotations
 
 import logging
-import os
 
 import kopf
 
+from dflash_operator.config import OperatorConfig
+from dflash_operator.handlers import register
 
-def run_operator(namespaces: list[str], liveness: str) -> int:
-    import dflash_operator.handlers  # noqa: F401 - registers the handlers with kopf
 
-    level = os.environ.get("DFLASH_LOG_LEVEL", "INFO").upper()
-    kopf.configure(debug=level == "DEBUG", verbose=False)
-    logging.getLogger().setLevel(level)
+def run_operator(config: OperatorConfig) -> int:
+    kopf.configure(debug=config.log_level == "DEBUG", verbose=False)
+    logging.getLogger().setLevel(config.log_level)
     kopf.run(
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=liveness,
+        registry=register(config),
+        memo=kopf.Memo(config=config),
+        clusterwide=not config.namespaces,
+        namespaces=list(config.namespaces),
+        liveness_endpoint=config.liveness_endpoint,
         standalone=True,
     )
     return 0

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_operator.api.models import DNS_1035
-from dflash_operator.api import GROUP, KIND, RESERVED_VLLM_FLAGS, VERSION, DFlashDeployment, DFlashDeploymentSpec
+from dflash_operator.api import GROUP, DFlashDeployment, DFlashDeploymentSpec
+from dflash_operator.ownership import MANAGED_BY, MANAGED_BY_LABEL, owner_reference
 
-MANAGED_BY = "dflash-operator"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 SELECTOR_COMPONENT = "vllm"
 SERVING_PORT = 8000
 MODEL_MOUNT = "/models"
-
-# vLLM short forms of reserved flags; `-tp 2` would otherwise slip past the long-name check.
-_RESERVED_SHORT = frozenset({"-tp"})  # --tensor-parallel-size
 
 
 @dataclass(frozen=True)
@@ -27,14 +22,6 @@ class CacheFacts:
     claim_name: str
     target_commit: str | None = None
     draft_commit: str | None = None
-
-
-class InvalidSpec(ValueError):
-    """The spec was admitted by the API server but cannot be rendered; `reason` goes into the Stalled condition."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -51,7 +38,7 @@ def labels(name: str) -> dict[str, str]:
         "app.kubernetes.io/name": "dflash-vllm",
         INSTANCE_LABEL: name,
         "app.kubernetes.io/component": SELECTOR_COMPONENT,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
     }
 
 
@@ -64,35 +51,13 @@ def selector_string(name: str) -> str:
     return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
 
 
-def owner_reference(dfd: DFlashDeployment) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "name": dfd.metadata["name"],
-        "uid": dfd.metadata["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def _metadata(dfd: DFlashDeployment, name: str) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": dfd.metadata["namespace"],
         "labels": labels(dfd.metadata["name"]),
-        "ownerReferences": [owner_reference(dfd)],
+        "ownerReferences": [owner_reference(dfd.metadata, controller=True)],
     }
-
-
-def reserved_flag_collisions(extra_args: list[str]) -> list[str]:
-    """The extra args that would override a flag the operator sets (long or short form, `--x=v` or `--x v`)."""
-    reserved = {f"--{f}" for f in RESERVED_VLLM_FLAGS}
-    found = []
-    for arg in extra_args:
-        flag = arg.split("=", 1)[0].replace("_", "-")
-        if flag in reserved or flag in _RESERVED_SHORT:
-            found.append(arg)
-    return found
 
 
 TARGET_PATH = f"{MODEL_MOUNT}/target"
@@ -108,13 +73,6 @@ def speculative_config(spec: DFlashDeploymentSpec) -> str:
 
 def vllm_args(dfd: DFlashDeployment) -> list[str]:
     spec = dfd.spec
-    collisions = reserved_flag_collisions(spec.extra_args)
-    if collisions:
-        raise InvalidSpec(
-            "ExtraArgsCollide",
-            f"spec.extraArgs {collisions} would override flags the operator sets from the spec; "
-            f"remove them and use the spec fields instead",
-        )
     # --model rather than the positional form: both entrypoints of vLLM images (`vllm serve` from 0.9 on, the
     # api_server module before) accept it.
     args = [
@@ -144,14 +102,8 @@ def probe_command(dfd: DFlashDeployment, config: RenderConfig) -> list[str]:
 
 
 def _resources(spec: DFlashDeploymentSpec) -> dict[str, Any]:
+    # validation.spec_problems has refused a GPU count in spec.resources: it comes from tensorParallelSize.
     given = spec.resources or {}
-    for part in ("limits", "requests"):
-        if spec.gpu_resource_name in (given.get(part) or {}):
-            raise InvalidSpec(
-                "GpuInResources",
-                f"spec.resources.{part} sets {spec.gpu_resource_name}; the GPU count comes from "
-                f"spec.tensorParallelSize ({spec.tensor_parallel_size})",
-            )
     gpus = str(spec.tensor_parallel_size)
     return {
         **given,
@@ -160,19 +112,18 @@ def _resources(spec: DFlashDeploymentSpec) -> dict[str, Any]:
     }
 
 
+# Both models come from the verified cache; offline mode makes any attempt to reach a hub fail loudly.
+# validation.spec_problems refuses a spec.env entry that sets one of these names.
+OPERATOR_ENV: tuple[dict[str, str], ...] = (
+    {"name": "HF_HUB_OFFLINE", "value": "1"},
+    {"name": "HF_HOME", "value": "/tmp/hf"},
+    {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+    {"name": "DO_NOT_TRACK", "value": "1"},
+)
+
+
 def _env(spec: DFlashDeploymentSpec) -> list[dict[str, Any]]:
-    # Both models come from the verified cache; offline mode makes any attempt to reach a hub fail loudly.
-    env: list[dict[str, Any]] = [
-        {"name": "HF_HUB_OFFLINE", "value": "1"},
-        {"name": "HF_HOME", "value": "/tmp/hf"},
-        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
-        {"name": "DO_NOT_TRACK", "value": "1"},
-    ]
-    own = {e["name"] for e in env}
-    clashing = sorted(own & {e.get("name") for e in spec.env})
-    if clashing:
-        raise InvalidSpec("EnvCollides", f"spec.env sets {clashing}, which the operator sets itself")
-    return env + list(spec.env)
+    return [dict(e) for e in OPERATOR_ENV] + list(spec.env)
 
 
 def render_deployment(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> dict[str, Any]:
@@ -274,14 +225,6 @@ def endpoint(dfd: DFlashDeployment) -> str:
     return f"http://{dfd.metadata['name']}.{dfd.metadata['namespace']}.svc:{SERVING_PORT}/v1"
 
 
-def validate(dfd: DFlashDeployment, config: RenderConfig) -> None:
-    """Raises InvalidSpec for an admitted spec that cannot work, before anything (even the cache) is created."""
-    if not re.fullmatch(DNS_1035, dfd.metadata["name"]):
-        raise InvalidSpec("InvalidName", f"name {dfd.metadata['name']!r} is not a valid Service name (DNS-1035)")
-    render_deployment(dfd, config, CacheFacts(claim_name="validation"))
-
-
 def serving_objects(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> list[dict[str, Any]]:
     """What serves traffic, in apply order; rendered only once the paired cache is verified and compatible."""
-    validate(dfd, config)
     return [render_service(dfd), render_pdb(dfd), render_deployment(dfd, config, cache)]

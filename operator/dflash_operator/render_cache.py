@@ -10,12 +10,12 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_operator.api import GROUP, KIND, VERSION, DFlashDeployment
+from dflash_operator.api import GROUP, DFlashDeployment
+from dflash_operator.cache_result import INCOMPATIBLE_EXIT_CODE
+from dflash_operator.ownership import MANAGED_BY, MANAGED_BY_LABEL, owner_reference
 
 CACHE_MOUNT = "/cache"
-INCOMPATIBLE_EXIT_CODE = 3
 PAIR_LABEL = f"{GROUP}/cache-pair"
-MANAGED_BY = "dflash-operator"
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,10 @@ def cache_job_name(dfd: DFlashDeployment) -> str:
     return f"{cache_name(dfd)}-{hashlib.sha256(f'{ref.name}/{ref.key}'.encode()).hexdigest()[:6]}"
 
 
-def cache_field_manager(dfd: DFlashDeployment) -> str:
-    # Each sharer applies the shared objects under its own manager, so one DFlashDeployment's apply never drops
-    # another's ownerReference (a list keyed by uid that SSA merges per manager).
-    return f"dflash-operator-{dfd.metadata['uid']}"
-
-
 def cache_labels(dfd: DFlashDeployment) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "dflash-cache",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
         PAIR_LABEL: pair_key(dfd),
     }
 
@@ -67,12 +61,6 @@ def _annotations(dfd: DFlashDeployment) -> dict[str, str]:
     }
 
 
-def _sharer_reference(dfd: DFlashDeployment) -> dict[str, Any]:
-    # Not a controller reference: several DFlashDeployments may own one cache; the GC deletes it after the last.
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": dfd.metadata["name"],
-            "uid": dfd.metadata["uid"], "blockOwnerDeletion": False}
-
-
 def render_cache_pvc(dfd: DFlashDeployment) -> dict[str, Any]:
     cache = dfd.spec.cache
     metadata: dict[str, Any] = {
@@ -82,7 +70,7 @@ def render_cache_pvc(dfd: DFlashDeployment) -> dict[str, Any]:
         "annotations": _annotations(dfd),
     }
     if cache.retain_policy == "Delete":
-        metadata["ownerReferences"] = [_sharer_reference(dfd)]
+        metadata["ownerReferences"] = [owner_reference(dfd.metadata, controller=False)]
     spec: dict[str, Any] = {
         "accessModes": [cache.access_mode],
         "resources": {"requests": {"storage": cache.size}},
@@ -131,7 +119,7 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
             "labels": cache_labels(dfd),
             "annotations": _annotations(dfd),
             # The Job is the cache's helper, not its owner: it goes with whoever uses the cache.
-            "ownerReferences": [_sharer_reference(dfd)],
+            "ownerReferences": [owner_reference(dfd.metadata, controller=False)],
         },
         "spec": {
             # Retries resume where the last attempt stopped; the manifest makes a finished cache a quick no-op.

@@ -20,7 +20,7 @@ class SpecCounters:
     draft_tokens: float = 0.0
     accepted_tokens: float = 0.0
 
-    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+    def __add__(self, other: SpecCounters) -> SpecCounters:
         return SpecCounters(self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
                             self.accepted_tokens + other.accepted_tokens)
 
@@ -50,10 +50,6 @@ def parse_counters(text: str) -> SpecCounters | None:
 
 class AddressNotAllowed(ValueError):
     pass
-
-
-def parse_networks(text: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip()]
 
 
 def metrics_url(pod_ip: str, port: int, allowed: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:

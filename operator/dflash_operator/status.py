@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from dflash_operator.api.models import Condition, DFlashDeploymentStatus, SpeculationStatus
+from dflash_operator.speculation import SpecCounters
 
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -20,10 +25,19 @@ MODELS_COMPATIBLE = "ModelsCompatible"
 CONDITION_ORDER = (READY, RECONCILING, STALLED, CACHE_READY, MODELS_COMPATIBLE, SPECULATION_HEALTHY)
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+def condition(type_: str, status: ConditionStatus, reason: str, message: str) -> Condition:
+    """A condition as a reconcile pass decides it; merge_conditions stamps generation and transition time."""
+    return Condition(type=type_, status=status, reason=reason, message=message)
+
+
 @dataclass(frozen=True)
-class ConditionSpec:
-    type: str
-    status: str
+class Event:
+    """An event to post on the DFlashDeployment."""
+
+    type: Literal["Normal", "Warning"]
     reason: str
     message: str
 
@@ -36,17 +50,16 @@ class RolloutFacts:
     replicas: int
     updated: int
     ready: int
-    available: int
     observed_current: bool  # the Deployment controller has seen the Deployment's latest generation
 
 
 def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def rollout_facts(deployment: dict[str, Any] | None, desired: int) -> RolloutFacts:
     if deployment is None:
-        return RolloutFacts(desired, 0, 0, 0, 0, False)
+        return RolloutFacts(desired, 0, 0, 0, False)
     status = deployment.get("status") or {}
     generation = deployment.get("metadata", {}).get("generation", 0)
     return RolloutFacts(
@@ -54,12 +67,11 @@ def rollout_facts(deployment: dict[str, Any] | None, desired: int) -> RolloutFac
         replicas=status.get("replicas", 0),
         updated=status.get("updatedReplicas", 0),
         ready=status.get("readyReplicas", 0),
-        available=status.get("availableReplicas", 0),
         observed_current=status.get("observedGeneration", -1) >= generation,
     )
 
 
-def rollout_conditions(facts: RolloutFacts) -> list[ConditionSpec]:
+def rollout_conditions(facts: RolloutFacts) -> list[Condition]:
     done = (
         facts.observed_current
         and facts.updated >= facts.desired
@@ -70,9 +82,9 @@ def rollout_conditions(facts: RolloutFacts) -> list[ConditionSpec]:
         reason, message = ("ScaledToZero", "spec.replicas is 0") if facts.desired == 0 else (
             "AllReplicasReady", f"{facts.ready}/{facts.desired} pods passed the speculative probe")
         return [
-            ConditionSpec(READY, "True", reason, message),
-            ConditionSpec(RECONCILING, "False", reason, message),
-            ConditionSpec(STALLED, "False", "Reconciled", "the spec is applied"),
+            condition(READY, "True", reason, message),
+            condition(RECONCILING, "False", reason, message),
+            condition(STALLED, "False", "Reconciled", "the spec is applied"),
         ]
     if facts.updated < facts.desired or not facts.observed_current:
         reason = "RollingOut"
@@ -81,75 +93,122 @@ def rollout_conditions(facts: RolloutFacts) -> list[ConditionSpec]:
         reason = "WaitingForSpeculativeProbe"
         message = f"{facts.ready}/{facts.desired} pods passed the speculative probe"
     return [
-        ConditionSpec(READY, "False", reason, message),
-        ConditionSpec(RECONCILING, "True", reason, message),
-        ConditionSpec(STALLED, "False", "Reconciling", "the spec is applied; waiting for the pods"),
+        condition(READY, "False", reason, message),
+        condition(RECONCILING, "True", reason, message),
+        condition(STALLED, "False", "Reconciling", "the spec is applied; waiting for the pods"),
     ]
 
 
-def stalled_conditions(reason: str, message: str) -> list[ConditionSpec]:
+def stalled_conditions(reason: str, message: str) -> list[Condition]:
     return [
-        ConditionSpec(READY, "False", reason, message),
-        ConditionSpec(RECONCILING, "False", reason, message),
-        ConditionSpec(STALLED, "True", reason, message),
+        condition(READY, "False", reason, message),
+        condition(RECONCILING, "False", reason, message),
+        condition(STALLED, "True", reason, message),
     ]
 
 
-def cache_ready_conditions() -> list[ConditionSpec]:
+def cache_ready_conditions() -> list[Condition]:
     return [
-        ConditionSpec(CACHE_READY, "True", "Cached", "target and draft are cached and verified"),
-        ConditionSpec(MODELS_COMPATIBLE, "True", "PairChecked", "the draft fits the target"),
+        condition(CACHE_READY, "True", "Cached", "target and draft are cached and verified"),
+        condition(MODELS_COMPATIBLE, "True", "PairChecked", "the draft fits the target"),
     ]
 
 
-def waiting_for_cache_conditions(message: str) -> list[ConditionSpec]:
+def waiting_for_cache_conditions(message: str) -> list[Condition]:
     return [
-        ConditionSpec(READY, "False", "CacheNotReady", message),
-        ConditionSpec(RECONCILING, "True", "Downloading", message),
-        ConditionSpec(STALLED, "False", "Downloading", message),
-        ConditionSpec(CACHE_READY, "False", "Downloading", message),
-        ConditionSpec(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
+        condition(READY, "False", "CacheNotReady", message),
+        condition(RECONCILING, "True", "Downloading", message),
+        condition(STALLED, "False", "Downloading", message),
+        condition(CACHE_READY, "False", "Downloading", message),
+        condition(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
     ]
 
 
-def cache_failed_conditions(message: str) -> list[ConditionSpec]:
+def cache_failed_conditions(message: str) -> list[Condition]:
     return [
         *stalled_conditions("CacheFailed", message),
-        ConditionSpec(CACHE_READY, "False", "CacheFailed", message),
-        ConditionSpec(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
+        condition(CACHE_READY, "False", "CacheFailed", message),
+        condition(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
     ]
 
 
-def incompatible_pair_conditions(problems: list[str]) -> list[ConditionSpec]:
+def incompatible_pair_conditions(problems: list[str]) -> list[Condition]:
     message = "; ".join(problems)
     return [
         *stalled_conditions("IncompatiblePair", f"no GPU pod is created: {message}"),
-        ConditionSpec(CACHE_READY, "True", "Cached", "target and draft are cached and verified"),
-        ConditionSpec(MODELS_COMPATIBLE, "False", "IncompatiblePair", message),
+        condition(CACHE_READY, "True", "Cached", "target and draft are cached and verified"),
+        condition(MODELS_COMPATIBLE, "False", "IncompatiblePair", message),
     ]
 
 
 def merge_conditions(
-    old: list[dict[str, Any]], new: list[ConditionSpec], generation: int, now: str
-) -> list[dict[str, Any]]:
+    old: list[dict[str, Any]], new: list[Condition], generation: int, now: str
+) -> list[Condition]:
     """New conditions replace old ones of the same type; types not mentioned are kept as they were."""
-    by_type = {c["type"]: c for c in old}
-    for spec in new:
-        previous = by_type.get(spec.type)
-        transition = previous["lastTransitionTime"] if previous and previous.get("status") == spec.status else now
-        by_type[spec.type] = {
-            "type": spec.type,
-            "status": spec.status,
-            "reason": spec.reason,
-            "message": spec.message,
-            "observedGeneration": generation,
-            "lastTransitionTime": transition,
-        }
+    by_type = {}
+    for written in old:
+        try:
+            by_type[written["type"]] = Condition.model_validate(written)
+        except (KeyError, ValidationError):
+            continue  # not a condition this operator wrote; the new set replaces it
+    for decided in new:
+        previous = by_type.get(decided.type)
+        transition = previous.last_transition_time if previous and previous.status == decided.status else now
+        by_type[decided.type] = decided.model_copy(
+            update={"observed_generation": generation, "last_transition_time": transition})
     order = {t: i for i, t in enumerate(CONDITION_ORDER)}
-    return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
+    return sorted(by_type.values(), key=lambda c: (order.get(c.type, len(order)), c.type))
+
+
+def to_wire(status: DFlashDeploymentStatus) -> dict[str, Any]:
+    """The status as the API server stores it: camelCase, unset fields left out."""
+    return status.model_dump(by_alias=True, exclude_none=True)
 
 
 def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """True when a write is needed; fields the operator does not own (e.g. kopf's own bookkeeping) are ignored."""
     old = old or {}
     return any(old.get(key) != value for key, value in new.items())
+
+
+def speculation_figures(counters: SpecCounters | None, pods: int, floor: float) -> tuple[SpeculationStatus, Condition]:
+    """The measured figures of the ready pods and the SpeculationHealthy verdict against the acceptance floor."""
+    if counters is None or counters.draft_tokens == 0:
+        message = ("no ready pod exposes spec-decode counters yet" if counters is None
+                   else "the draft has proposed no tokens yet")
+        return SpeculationStatus(), condition(SPECULATION_HEALTHY, "Unknown", "NoDraftTokensYet", message)
+    rate = counters.acceptance_rate or 0.0
+    mean = counters.mean_accepted_length
+    figures = SpeculationStatus(
+        acceptance_rate=round(rate, 4),
+        mean_accepted_length=round(mean, 3) if mean is not None else None,
+        draft_tokens=int(counters.draft_tokens),
+        accepted_tokens=int(counters.accepted_tokens),
+        pods_measured=pods,
+    )
+    text = f"{int(counters.accepted_tokens)} of {int(counters.draft_tokens)} draft tokens accepted ({rate:.2f})"
+    if rate < floor:
+        return figures, condition(SPECULATION_HEALTHY, "False", "AcceptanceBelowFloor",
+                                  f"{text}, below the floor {floor:g}")
+    return figures, condition(SPECULATION_HEALTHY, "True", "AcceptanceAboveFloor", f"{text}, floor {floor:g}")
+
+
+# Conditions whose transitions are worth an event on the DFlashDeployment (Reconciling only restates Ready).
+_EVENT_CONDITIONS = (READY, STALLED, CACHE_READY, MODELS_COMPATIBLE, SPECULATION_HEALTHY)
+
+
+def transition_events(old: list[dict[str, Any]], new: list[Condition]) -> list[Event]:
+    """One event per condition whose status or reason changed; a warning where the change needs attention."""
+    before = {c["type"]: c for c in old}
+    events = []
+    for cond in new:
+        if cond.type not in _EVENT_CONDITIONS:
+            continue
+        previous = before.get(cond.type)
+        if previous and (previous["status"], previous["reason"]) == (cond.status, cond.reason):
+            continue
+        bad = (cond.type == STALLED and cond.status == "True") or (
+            cond.type in (MODELS_COMPATIBLE, SPECULATION_HEALTHY) and cond.status == "False")
+        events.append(Event("Warning" if bad else "Normal", cond.reason,
+                            f"{cond.type}={cond.status}: {cond.message}"))
+    return events

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+
 from dflash_testkit.controlplane import (
     ControlPlane,
     build_binaries,

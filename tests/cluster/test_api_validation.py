@@ -6,6 +6,7 @@ import copy
 import json
 
 import pytest
+
 from dflash_testkit.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster

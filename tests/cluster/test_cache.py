@@ -7,6 +7,7 @@ import json
 
 import kubernetes
 import pytest
+
 from dflash_operator.fetch import progress_line
 from dflash_testkit.cachejob import (
     DRAFT_COMMIT,
@@ -64,7 +65,8 @@ def test_cache_comes_first_and_gates_the_gpu_pods(control_plane: ControlPlane, a
 @pytest.mark.parametrize("problem", [
     {"code": "HiddenSizeMismatch", "message": "target hidden_size 128 != draft target_hidden_size 256"},
     {"code": "VocabSizeMismatch", "message": "target vocab_size 1024 != draft vocab_size 2048"},
-    {"code": "TargetLayerOutOfRange", "message": "draft target_layer_ids [1, 9]: 9 is not a layer of the 4-layer target"},
+    {"code": "TargetLayerOutOfRange",
+     "message": "draft target_layer_ids [1, 9]: 9 is not a layer of the 4-layer target"},
 ])
 def test_incompatible_pair_gets_no_gpu_pod(control_plane: ControlPlane, api_client, operator, namespace: str,
                                            problem: dict) -> None:
@@ -109,7 +111,7 @@ def test_two_deployments_of_one_pair_share_one_cache(control_plane: ControlPlane
     assert sorted(r.name for r in job.metadata.owner_references) == ["first", "second"]
     finish_cache_job(api_client, namespace, fetch_result())
     for name in ("first", "second"):
-        wait_for(lambda: deployment(api_client, namespace, name), f"the Deployment of {name}")
+        wait_for(lambda name=name: deployment(api_client, namespace, name), f"the Deployment of {name}")
     jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace).items
     assert len(jobs) == 1
     assert kubernetes.client.CoreV1Api(api_client).read_namespaced_persistent_volume_claim(
@@ -140,7 +142,8 @@ def test_hub_token_stays_in_the_secret(control_plane: ControlPlane, api_client, 
 
 def test_download_progress_reaches_status_through_the_pod_log(control_plane: ControlPlane, api_client, operator,
                                                               namespace: str) -> None:
-    snapshot = {"target": {"bytesDone": 3_000, "bytesTotal": 10_000}, "draft": {"bytesDone": 1_000, "bytesTotal": 1_000}}
+    snapshot = {"target": {"bytesDone": 3_000, "bytesTotal": 10_000},
+                "draft": {"bytesDone": 1_000, "bytesTotal": 1_000}}
     write_fetch_log(control_plane, ['{"event":"resolved"}', progress_line(snapshot)])
     apply(control_plane, namespace, dfd("progress"))
     start_cache_job(api_client, namespace)
@@ -182,7 +185,7 @@ def test_speculative_tokens_beyond_the_drafts_block_size_get_no_gpu_pod(
 ) -> None:
     # The cache is shared whatever the token count; each deployment checks its own against the cached draft.
     apply(control_plane, namespace, dfd("greedy", numSpeculativeTokens=16))
-    finish_cache_job(api_client, namespace, {**fetch_result(), "draftBlockSize": 16})
+    finish_cache_job(api_client, namespace, fetch_result(draft_block_size=16))
     stalled = wait_for(lambda: condition_is(api_client, namespace, "greedy", "ModelsCompatible", "False"),
                        "ModelsCompatible=False")
     assert "num_speculative_tokens 16 exceeds the draft's block_size 16 - 1 = 15" in condition(

@@ -13,6 +13,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 import yaml
+
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane, free_port, http_ok
 from dflash_testkit.dfd import condition_is, deployment, dfd, mark_pods_ready

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+
 from dflash_testkit.controlplane import READY_ANNOTATION, ControlPlane
 from dflash_testkit.waiting import wait_for
 

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kubernetes
 import pytest
+
 from dflash_testkit.controlplane import ControlPlane
 from dflash_testkit.dfd import (
     API,
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.cluster
 def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     control_plane: ControlPlane, api_client, operator, namespace: str
 ) -> None:
-    apply_with_cache(control_plane, api_client, namespace, dfd("coder", tensorParallelSize=2, numSpeculativeTokens=6, replicas=2,
+    apply_with_cache(control_plane, api_client, namespace, dfd("coder", tensorParallelSize=2, numSpeculativeTokens=6,
+                                                               replicas=2,
                                         extraArgs=["--enable-chunked-prefill"]))
     dep = wait_for(lambda: deployment(api_client, namespace, "coder"), "the Deployment")
     owner = dep.metadata.owner_references[0]
@@ -40,7 +42,8 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     args = container.args
     config = json.loads(args[args.index("--speculative-config") + 1])
     assert config == {"method": "dflash", "model": "/models/draft", "num_speculative_tokens": 6}
-    assert args[:2] == ["--model", "/models/target"] and args[args.index("--served-model-name") + 1] == "Qwen/Qwen3-Coder-Next"
+    assert args[:2] == ["--model", "/models/target"]
+    assert args[args.index("--served-model-name") + 1] == "Qwen/Qwen3-Coder-Next"
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     assert args[-1] == "--enable-chunked-prefill"
     assert container.readiness_probe.var_exec.command[0] == "dflash-probe"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane
 from dflash_testkit.dfd import SELECTOR, apply, condition_is, deployment, dfd, get_dfd
@@ -25,7 +26,7 @@ from dflash_testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "vllm"))
-import vllm_proc
+import vllm_proc  # noqa: E402 - the vLLM tier's launcher, shared with this test
 
 pytestmark = pytest.mark.cluster
 # What this CPU needs, passed the way a user passes engine flags (FACTS.md: bf16, eager, no prefix caching).

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane
 from dflash_testkit.dfd import condition_is, deployment, dfd, get_dfd, mark_pods_ready

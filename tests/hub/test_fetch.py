@@ -245,13 +245,12 @@ def test_mismatched_pair_is_cached_but_reported(case: str, hub: Hub, models, fet
     assert_no_token(result, dest)
 
 
-def test_too_many_speculative_tokens_is_a_pairing_problem(models, fetch_env, tmp_path) -> None:
+def test_the_drafts_block_size_is_reported_for_each_sharer_to_check(models, fetch_env, tmp_path) -> None:
+    # num_speculative_tokens is each sharer's own setting: the program reports the block size, the operator checks.
     dest = tmp_path / "cache"
-    ok = run_fetch(fetch_env, dest, "org/small-target@main", "org/draft@main", "--num-speculative-tokens", "15")
-    assert ok.code == 0
-    bad = run_fetch(fetch_env, dest, "org/small-target@main", "org/draft@main", "--num-speculative-tokens", "16")
-    assert bad.code == 3 and [p["code"] for p in bad.termination["problems"]] == ["TooManySpeculativeTokens"]
-    assert json.loads((dest / "manifest.json").read_text())["numSpeculativeTokens"] == 16
+    ok = run_fetch(fetch_env, dest, "org/small-target@main", "org/draft@main")
+    assert ok.code == 0 and ok.termination["draftBlockSize"] == 16 and ok.termination["problems"] == []
+    assert "numSpeculativeTokens" not in json.loads((dest / "manifest.json").read_text())
 
 
 def test_a_cache_of_another_pair_is_not_clobbered(models, fetch_env, tmp_path) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+
 from dflash_operator.api import DFlashDeploymentSpec
 from dflash_operator.api.crd import build_crd, render_crd_yaml
 from dflash_operator.cli import main
-from pydantic import ValidationError
 
 CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "serving.dflash.dev_dflashdeployments.yaml"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dflash_operator import status
 from lupa import LuaRuntime
+
+from dflash_operator import status
 
 SCRIPT = (Path(__file__).resolve().parents[2] / "gitops" / "argocd" / "dflashdeployment-health.lua").read_text()
 
@@ -19,16 +20,17 @@ def health(obj: dict) -> tuple[str, str]:
     return result["status"], result["message"]
 
 
-def dfd(generation: int, observed: int | None, conditions: list[status.ConditionSpec]) -> dict:
+def dfd(generation: int, observed: int | None, conditions: list[status.Condition]) -> dict:
     obj: dict = {"metadata": {"name": "coder", "generation": generation}, "spec": {}}
     if observed is not None:
         obj["status"] = {"observedGeneration": observed,
-                         "conditions": status.merge_conditions([], conditions, observed, "T")}
+                         "conditions": [c.model_dump(by_alias=True) for c in
+                                                      status.merge_conditions([], conditions, observed, "T")]}
     return obj
 
 
-def rollout(**kw: int) -> list[status.ConditionSpec]:
-    base = dict(desired=2, replicas=2, updated=2, ready=2, available=2)
+def rollout(**kw: int) -> list[status.Condition]:
+    base = dict(desired=2, replicas=2, updated=2, ready=2)
     return status.cache_ready_conditions() + status.rollout_conditions(
         status.RolloutFacts(**{**base, **kw}, observed_current=True))
 
@@ -53,7 +55,7 @@ def test_progressing(obj: dict, message: str) -> None:
      "IncompatiblePair: no GPU pod is created: target hidden_size 128 != draft target_hidden_size 256"),
     (status.stalled_conditions("ExtraArgsCollide", "spec.extraArgs ['-tp'] ..."),
      "ExtraArgsCollide: spec.extraArgs ['-tp'] ..."),
-    (rollout() + [status.ConditionSpec("SpeculationHealthy", "False", "AcceptanceBelowFloor", "3 of 80")],
+    (rollout() + [status.condition("SpeculationHealthy", "False", "AcceptanceBelowFloor", "3 of 80")],
      "AcceptanceBelowFloor: 3 of 80"),
 ])
 def test_degraded(conditions: list, message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+
 from dflash_operator.cli import main
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
 from kubernetes.client.rest import ApiException
+
+from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
 
 BODY = {
     "apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
@@ -25,6 +26,9 @@ class RefusingKube:
 
     def apply(self, obj: dict, field_manager: str = "") -> dict:
         raise self.error
+
+    def job(self, namespace: str, name: str) -> None:
+        return None  # not created yet
 
     def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
         self.statuses.append(status)

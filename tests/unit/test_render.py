@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.desired import desired_objects
 from dflash_operator.render import (
     CacheFacts,
-    InvalidSpec,
     RenderConfig,
     render_deployment,
-    reserved_flag_collisions,
     speculative_config,
 )
 from dflash_operator.render_cache import CacheConfig, cache_name
+from dflash_operator.validation import reserved_flag_collisions, spec_problems
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name.removesuffix(".input.yaml") for p in GOLDEN.glob("*.input.yaml"))
@@ -56,7 +56,8 @@ def test_rendering_is_deterministic() -> None:
 
 
 def test_gpu_limit_and_request_equal_tensor_parallel_size() -> None:
-    container = render_deployment(load("full"), RenderConfig(), facts(load("full")))["spec"]["template"]["spec"]["containers"][0]
+    pod = render_deployment(load("full"), RenderConfig(), facts(load("full")))["spec"]["template"]["spec"]
+    container = pod["containers"][0]
     assert container["resources"]["limits"]["amd.com/gpu"] == "4"
     assert container["resources"]["requests"]["amd.com/gpu"] == "4"
     assert container["resources"]["limits"]["memory"] == "256Gi"
@@ -91,10 +92,17 @@ def _with(case: str, **spec: object) -> DFlashDeployment:
     ({"resources": {"limits": {"amd.com/gpu": "1"}}}, "GpuInResources"),
     ({"env": [{"name": "HF_HOME", "value": "/tmp"}]}, "EnvCollides"),
 ])
-def test_unrenderable_specs_raise_with_a_reason(spec: dict, reason: str) -> None:
-    with pytest.raises(InvalidSpec) as error:
-        render_all(_with("full", **spec))
-    assert error.value.reason == reason
+def test_unrenderable_specs_have_a_problem_with_a_reason(spec: dict, reason: str) -> None:
+    assert [p.reason for p in spec_problems(_with("full", **spec))] == [reason]
+
+
+def test_every_problem_is_reported_at_once_and_golden_inputs_have_none() -> None:
+    both = _with("full", extraArgs=["--port=1"], env=[{"name": "HF_HOME", "value": "/x"}])
+    assert [p.reason for p in spec_problems(both)] == ["ExtraArgsCollide", "EnvCollides"]
+    assert all(spec_problems(load(case)) == [] for case in CASES)
+    bad_name = DFlashDeployment.model_validate({**load("minimal").model_dump(by_alias=True), "metadata": {
+        **load("minimal").metadata, "name": "9-starts-with-a-digit"}})
+    assert [p.reason for p in spec_problems(bad_name)] == ["InvalidName"]
 
 
 def test_hub_token_reaches_only_the_cache_job_and_by_reference() -> None:

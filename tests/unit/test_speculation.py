@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+
 from dflash_operator.speculation import (
     AddressNotAllowed,
     SpecCounters,

@@ -5,10 +5,10 @@ PersistentVolume is bound to the cache claim as a storage provisioner would."""
 from __future__ import annotations
 
 import datetime
-import json
 
 import kubernetes
 
+from dflash_operator.cache_result import CacheResult
 from dflash_testkit.waiting import wait_for
 
 CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
@@ -16,9 +16,11 @@ TARGET_COMMIT = "1" * 40
 DRAFT_COMMIT = "2" * 40
 
 
-def fetch_result(problems: list[dict] | None = None, error: str | None = None) -> dict:
-    return {"ok": not problems and not error, "targetCommit": TARGET_COMMIT, "draftCommit": DRAFT_COMMIT,
-            "problems": problems or [], "error": error}
+def fetch_result(problems: list[dict] | None = None, error: str | None = None,
+                 draft_block_size: int | None = None) -> CacheResult:
+    """What the program would leave: the operator's own contract type, so the stand-in cannot drift from it."""
+    return CacheResult(ok=not problems and not error, target_commit=TARGET_COMMIT, draft_commit=DRAFT_COMMIT,
+                       draft_block_size=draft_block_size, problems=problems or [], error=error)
 
 
 def cache_job(api_client, namespace: str):
@@ -44,7 +46,7 @@ def bind_cache_volume(api_client, namespace: str, claim: str) -> None:
 
 def write_fetch_log(plane, lines: list[str]) -> None:
     """What every cache container "printed", in the CRI log format kwok serves to `kubectl logs`."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     plane.fetch_log.write_text("".join(f"{stamp} stdout F {line}\n" for line in lines))
 
 
@@ -61,7 +63,7 @@ def start_cache_job(api_client, namespace: str):
     return name, pod
 
 
-def finish_cache_job(api_client, namespace: str, result: dict, exit_code: int = 0) -> str:
+def finish_cache_job(api_client, namespace: str, result: CacheResult, exit_code: int = 0) -> str:
     """Ends the running cache pod like the kubelet would; returns the cache name."""
     name, pod = start_cache_job(api_client, namespace)
     core = kubernetes.client.CoreV1Api(api_client)
@@ -74,7 +76,7 @@ def finish_cache_job(api_client, namespace: str, result: dict, exit_code: int = 
             "restartCount": 0, "started": False,
             "state": {"terminated": {
                 "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                "message": json.dumps(result), "startedAt": started, "finishedAt": started,
+                "message": result.to_message(), "startedAt": started, "finishedAt": started,
             }},
         }],
     }})

@@ -2,10 +2,12 @@
 
 etcd, kube-apiserver (TLS, RBAC, service-account signing), kube-controller-manager, kube-scheduler and kwok run as
 child processes bound to loopback on free ports; kwok fakes GPU nodes and the pod lifecycle. Binaries come from
-tests/cluster/build.sh (built from Go modules, cached). Every component logs to its own file.
+tests/cluster/build.sh (built from Go modules, cached). Every component logs to its own file. With
+`real_node=True` one real node (containerd + kubelet, see dflash_testkit.node) joins beside the fake ones.
 
     python -m dflash_testkit.controlplane up            # start, print the kubeconfig path, run until Ctrl-C
     python -m dflash_testkit.controlplane demo          # start, show `kubectl get nodes`, stop
+    python -m dflash_testkit.controlplane up --real-node    # as root: plus a real kubelet + containerd node
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_testkit import CLUSTER_TESTS, REPO
-from dflash_testkit.pki import Pki, make_pki
+from dflash_testkit.node import RealNode
+from dflash_testkit.pki import Pki, issue_cert, make_pki
 
 # Pod and Service addresses are handed out from loopback ranges, so nothing a test could dial leaves the machine.
 POD_CIDR = "127.1.0.0/16"
@@ -91,6 +94,8 @@ class ControlPlane:
     components: list[Component] = field(default_factory=list)
     pki: Pki | None = None
     api_port: int = 0
+    real_node: bool = False
+    node: RealNode | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -132,6 +137,9 @@ class ControlPlane:
             self._start_scheduler()
             self._start_kwok()
             self._create_gpu_nodes()
+            if self.real_node:
+                self.node = RealNode(workdir=self.workdir / "node", bin_dir=self.bin_dir)
+                self.node.start(self)
         except BaseException:
             print(self.log_tails(), file=sys.stderr)
             self.stop()
@@ -139,10 +147,12 @@ class ControlPlane:
         self.start_seconds = time.monotonic() - started
 
     def stop(self) -> None:
+        if self.node is not None:
+            self.node.stop()
         for component in reversed(self.components):
             component.stop()
 
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         self.start()
         return self
 
@@ -177,6 +187,10 @@ class ControlPlane:
     def _start_apiserver(self, etcd_port: int) -> None:
         assert self.pki
         self.api_port = free_port()
+        # The API server's identity towards kubelets (logs, exec, port-forward); kwok ignores it.
+        kubelet_client_cert, kubelet_client_key = issue_cert(
+            self.pki, self.workdir / "pki", "apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+            ("system:masters",), client=True)
         apiserver = self._add("kube-apiserver", [
             self.binary("kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
@@ -189,7 +203,11 @@ class ControlPlane:
             f"--tls-cert-file={self.pki.serving_cert}",
             f"--tls-private-key-file={self.pki.serving_key}",
             f"--client-ca-file={self.pki.ca_cert}",
-            "--authorization-mode=RBAC",
+            # Node + NodeRestriction: a real kubelet may touch only its own Node and the pods bound to it.
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={kubelet_client_cert}",
+            f"--kubelet-client-key={kubelet_client_key}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.pki.sa_public}",
             f"--service-account-signing-key-file={self.pki.sa_private}",
@@ -377,11 +395,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "demo"])
     parser.add_argument("--workdir", type=Path, help="where state, kubeconfig and logs go (default: a temp folder)")
+    parser.add_argument("--real-node", action="store_true",
+                        help="also start a real node (containerd + kubelet, root only; see dflash_testkit.node)")
     args = parser.parse_args(list(argv) if argv is not None else None)
 
     bin_dir = build_binaries()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dflash-cp-"))
-    plane = ControlPlane(workdir=workdir, bin_dir=bin_dir, crd_files=default_crds())
+    plane = ControlPlane(workdir=workdir, bin_dir=bin_dir, crd_files=default_crds(), real_node=args.real_node)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with plane:
         print(f"control plane up in {plane.start_seconds:.1f} s: {plane.server}")
@@ -392,7 +412,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         if args.command == "up":
             print(f"export KUBECONFIG={plane.kubeconfig}   (Ctrl-C stops everything)")
             try:
-                while all(c.running() for c in plane.components):
+                while all(c.running() for c in plane.components) and (
+                        plane.node is None or all(p.poll() is None for p in plane.node.processes)):
                     time.sleep(1)
             except KeyboardInterrupt:
                 pass

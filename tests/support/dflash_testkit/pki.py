@@ -47,7 +47,7 @@ def _issue(
     usages: list | None = None,
     sans: list | None = None,
 ) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -124,3 +124,26 @@ def make_pki(directory: Path) -> Pki:
     )
     _write_key(pki.sa_private, sa_key)
     return pki
+
+
+def issue_cert(
+    pki: Pki, directory: Path, stem: str, common_name: str, organizations: tuple[str, ...] = (), *,
+    client: bool = False, server: bool = False, ips: tuple[str, ...] = (), dns: tuple[str, ...] = (),
+) -> tuple[Path, Path]:
+    """One more certificate from the test CA (a node's client cert, a kubelet's serving cert, ...): (cert, key)."""
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+        + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    )
+    usages = (([ExtendedKeyUsageOID.CLIENT_AUTH] if client else [])
+              + ([ExtendedKeyUsageOID.SERVER_AUTH] if server else []))
+    sans = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips] + [x509.DNSName(name) for name in dns]
+    cert = _issue(subject, key, ca.subject, ca_key, usages=usages, sans=sans or None)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key_path, key)
+    return cert_path, key_path

@@ -1,0 +1,78 @@
+"""The operator's configuration: one frozen object, built once from the environment and the command line.
+
+Every setting is documented in the chart's values.yaml, which sets the environment variables below.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dflash_operator.render import RenderConfig
+from dflash_operator.render_cache import CacheConfig
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    render: RenderConfig = field(default_factory=RenderConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    # Seconds between resync passes: drift repair and reading speculation metrics (chart: operator.resyncSeconds).
+    resync_seconds: float = 30.0
+    metrics_timeout_seconds: float = 2.0
+    # Pod addresses the operator may dial for /metrics; empty allows every pod address. Tests allow only loopback.
+    metrics_allowed_networks: tuple[Network, ...] = ()
+    # The operator's own Prometheus endpoint; port 0 turns it off (chart: metrics.port).
+    metrics_port: int = 0
+    metrics_address: str = "0.0.0.0"
+    log_level: str = "INFO"
+    # Empty: the whole cluster. Otherwise only these namespaces (kopf patterns: "*", "!sa-*").
+    namespaces: tuple[str, ...] = ()
+    liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+
+
+class ConfigError(ValueError):
+    """A setting the operator cannot start with; the message names the variable."""
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(part.strip()) for part in text.split(",") if part.strip())
+
+
+def _number(environ: Mapping[str, str], name: str, default: float, kind: type = float) -> float:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a {kind.__name__}") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] = (),
+                     liveness_endpoint: str | None = None) -> OperatorConfig:
+    """The configuration from DFLASH_* variables (set by the chart) and the command line's options."""
+    try:
+        networks = parse_networks(environ.get("DFLASH_METRICS_ALLOWED_NETWORKS", ""))
+    except ValueError as error:
+        raise ConfigError(f"DFLASH_METRICS_ALLOWED_NETWORKS: {error}") from None
+    resync = _number(environ, "DFLASH_RESYNC_SECONDS", 30.0)
+    if resync == 0:
+        raise ConfigError("DFLASH_RESYNC_SECONDS must be positive")
+    defaults = OperatorConfig()
+    return OperatorConfig(
+        cache=CacheConfig(image=environ.get("DFLASH_OPERATOR_IMAGE") or CacheConfig().image),
+        resync_seconds=resync,
+        metrics_timeout_seconds=_number(environ, "DFLASH_METRICS_TIMEOUT_SECONDS", 2.0),
+        metrics_allowed_networks=networks,
+        metrics_port=int(_number(environ, "DFLASH_METRICS_PORT", 0, int)),
+        metrics_address=environ.get("DFLASH_METRICS_ADDRESS") or defaults.metrics_address,
+        log_level=(environ.get("DFLASH_LOG_LEVEL") or defaults.log_level).upper(),
+        namespaces=namespaces,
+        liveness_endpoint=liveness_endpoint or defaults.liveness_endpoint,
+    )

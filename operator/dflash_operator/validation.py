@@ -1,0 +1,60 @@
+"""What the API server admitted but no pod could run with: each problem with a reason for the Stalled condition.
+
+Checked before anything is created, even the cache, so a spec that cannot work spends no download and no GPU.
+The renderers assume a spec without problems and never raise.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dflash_operator.api import RESERVED_VLLM_FLAGS, DFlashDeployment
+from dflash_operator.api.models import DNS_1035
+from dflash_operator.render import OPERATOR_ENV
+
+# vLLM short forms of reserved flags; `-tp 2` would otherwise slip past the long-name check.
+_RESERVED_SHORT = frozenset({"-tp"})  # --tensor-parallel-size
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    reason: str  # one CamelCase word, the Stalled condition's reason
+    message: str
+
+
+def reserved_flag_collisions(extra_args: list[str]) -> list[str]:
+    """The extra args that would override a flag the operator sets (long or short form, `--x=v` or `--x v`)."""
+    reserved = {f"--{f}" for f in RESERVED_VLLM_FLAGS}
+    found = []
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0].replace("_", "-")
+        if flag in reserved or flag in _RESERVED_SHORT:
+            found.append(arg)
+    return found
+
+
+def spec_problems(dfd: DFlashDeployment) -> list[SpecProblem]:
+    """Every reason this admitted DFlashDeployment cannot be rendered; empty when it can."""
+    spec, name = dfd.spec, dfd.metadata["name"]
+    problems = []
+    if not re.fullmatch(DNS_1035, name):
+        problems.append(SpecProblem("InvalidName", f"name {name!r} is not a valid Service name (DNS-1035)"))
+    collisions = reserved_flag_collisions(spec.extra_args)
+    if collisions:
+        problems.append(SpecProblem(
+            "ExtraArgsCollide",
+            f"spec.extraArgs {collisions} would override flags the operator sets from the spec; "
+            f"remove them and use the spec fields instead"))
+    given = spec.resources or {}
+    for part in ("limits", "requests"):
+        if spec.gpu_resource_name in (given.get(part) or {}):
+            problems.append(SpecProblem(
+                "GpuInResources",
+                f"spec.resources.{part} sets {spec.gpu_resource_name}; the GPU count comes from "
+                f"spec.tensorParallelSize ({spec.tensor_parallel_size})"))
+            break
+    clashing = sorted({e["name"] for e in OPERATOR_ENV} & {e.get("name") for e in spec.env})
+    if clashing:
+        problems.append(SpecProblem("EnvCollides", f"spec.env sets {clashing}, which the operator sets itself"))
+    return problems

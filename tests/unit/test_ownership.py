@@ -1,0 +1,93 @@
+"""Ownership facts have one home, and the chart's RBAC grants what that home says the operator touches."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dflash_operator.config import ConfigError, OperatorConfig, from_environment
+from dflash_operator.handlers import register
+from dflash_operator.kube import object_path
+from dflash_operator.ownership import CHILD_KINDS, FIELD_MANAGER, cache_field_manager, field_manager, owner_reference
+
+HELPERS = Path(__file__).resolve().parents[2] / "charts" / "dflash-operator" / "templates" / "_helpers.tpl"
+# What the operator does to its children: server-side apply (create or patch), and watch them.
+CHILD_VERBS = {"get", "list", "watch", "create", "patch"}
+
+
+def chart_rules() -> list[dict]:
+    """The namespaced rules the chart grants (the same block feeds the ClusterRole and each Role)."""
+    text = HELPERS.read_text()
+    block = re.search(r'{{- define "dflash-operator.namespacedRules" -}}\n(.*?){{- end -}}', text, re.S)
+    assert block, "the chart no longer defines dflash-operator.namespacedRules"
+    return yaml.safe_load(block.group(1))
+
+
+def granted(rules: list[dict], group: str, resource: str) -> set[str]:
+    return {verb for rule in rules if group in rule["apiGroups"] and resource in rule["resources"]
+            for verb in rule["verbs"]}
+
+
+@pytest.mark.parametrize("kind", CHILD_KINDS, ids=lambda k: k.kind)
+def test_chart_rbac_covers_every_child_kind(kind) -> None:
+    missing = CHILD_VERBS - granted(chart_rules(), kind.group, kind.plural)
+    assert not missing, f"the chart's RBAC lacks {sorted(missing)} on {kind.plural}"
+
+
+def test_chart_rbac_grants_no_child_kind_the_operator_does_not_own() -> None:
+    owned = {(k.group, k.plural) for k in CHILD_KINDS}
+    # Read-only or the operator's own kinds besides the children.
+    others = {("serving.dflash.dev", "dflashdeployments"), ("serving.dflash.dev", "dflashdeployments/status"),
+              ("", "pods"), ("", "pods/log"), ("", "events")}
+    for rule in chart_rules():
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert (group, resource) in owned | others, f"the chart grants {group}/{resource}, not in the table"
+                if "create" in rule["verbs"] and (group, resource) not in owned:
+                    assert resource == "events", f"the operator never creates {resource}"
+
+
+def test_every_child_kind_is_watched_and_has_an_api_path() -> None:
+    registry = register(OperatorConfig(resync_seconds=7))
+    watched = {(h.selector.group or "", h.selector.version, h.selector.any_name)
+               for h in registry._watching.get_all_handlers()}  # kopf keeps watch handlers here
+    for kind in CHILD_KINDS:
+        assert (kind.group, kind.version, kind.plural) in watched
+        assert object_path(kind.api_version, kind.kind, "ns", "x").endswith(f"/namespaces/ns/{kind.plural}/x")
+    [timer] = registry._spawning.get_all_handlers()
+    assert timer.interval == 7
+
+
+def test_the_controller_applies_its_own_objects_and_each_sharer_the_cache() -> None:
+    meta = {"name": "coder", "uid": "u1"}
+    served = {"metadata": {"ownerReferences": [owner_reference(meta, controller=True)]}}
+    shared = {"metadata": {"ownerReferences": [owner_reference({"name": "other", "uid": "u2"}, controller=False),
+                                               owner_reference(meta, controller=False)]}}
+    kept = {"metadata": {}}  # a cache claim with retainPolicy Keep carries no reference at all
+    assert field_manager(served, "u1") == FIELD_MANAGER
+    assert field_manager(shared, "u1") == field_manager(kept, "u1") == cache_field_manager("u1") != FIELD_MANAGER
+    assert owner_reference(meta, controller=False)["blockOwnerDeletion"] is False
+
+
+def test_configuration_from_the_environment() -> None:
+    config = from_environment({"DFLASH_RESYNC_SECONDS": "5", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8, ::1/128",
+                               "DFLASH_OPERATOR_IMAGE": "local/op:1", "DFLASH_LOG_LEVEL": "debug",
+                               "DFLASH_METRICS_PORT": "9090"}, namespaces=("a",))
+    assert (config.resync_seconds, config.cache.image, config.log_level, config.metrics_port) == (
+        5.0, "local/op:1", "DEBUG", 9090)
+    assert [str(n) for n in config.metrics_allowed_networks] == ["127.0.0.0/8", "::1/128"]
+    assert config.namespaces == ("a",) and from_environment({}) == OperatorConfig()
+
+
+@pytest.mark.parametrize("environ, names", [
+    ({"DFLASH_RESYNC_SECONDS": "soon"}, "DFLASH_RESYNC_SECONDS"),
+    ({"DFLASH_RESYNC_SECONDS": "0"}, "DFLASH_RESYNC_SECONDS"),
+    ({"DFLASH_METRICS_PORT": "-1"}, "DFLASH_METRICS_PORT"),
+    ({"DFLASH_METRICS_ALLOWED_NETWORKS": "10.0.0.0/33"}, "DFLASH_METRICS_ALLOWED_NETWORKS"),
+])
+def test_bad_configuration_names_the_variable(environ: dict, names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        from_environment(environ)

@@ -1,0 +1,141 @@
+"""reconcile's normal path against a recording fake of Kube: what it applies, under which manager, and the status."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dflash_operator.api import DFlashDeployment
+from dflash_operator.cache_result import CacheResult
+from dflash_operator.config import OperatorConfig
+from dflash_operator.desired import desired_objects
+from dflash_operator.ownership import FIELD_MANAGER, cache_field_manager
+from dflash_operator.reconcile import reconcile
+from dflash_operator.render import CacheFacts
+from dflash_operator.render_cache import cache_job_name, cache_name
+
+BODY = yaml.safe_load((Path(__file__).parent / "golden" / "minimal.input.yaml").read_text())
+BODY["metadata"]["generation"] = 3
+UID = BODY["metadata"]["uid"]
+DFD = DFlashDeployment.model_validate(BODY)
+JOB = cache_job_name(DFD)
+
+
+class RecordingKube:
+    """Answers like an API server holding `objects`; records every apply and status write."""
+
+    def __init__(self, job_status: dict[str, Any] | None = None, pods: list[dict] | None = None,
+                 deployment_status: dict[str, Any] | None = None) -> None:
+        self.job_status, self.pod_list, self.deployment_status = job_status, pods or [], deployment_status or {}
+        self.applied: list[tuple[str, str, str]] = []  # (kind, name, field manager)
+        self.statuses: list[dict] = []
+
+    def job(self, namespace: str, name: str) -> dict | None:
+        assert (namespace, name) == (BODY["metadata"]["namespace"], JOB)
+        return None if self.job_status is None else {"metadata": {"name": name}, "status": self.job_status}
+
+    def pods(self, namespace: str, selector: str) -> list[dict]:
+        assert selector == f"job-name={JOB}"
+        return self.pod_list
+
+    def last_log_line(self, namespace: str, pod: str) -> str:
+        return json.dumps({"event": "progress", "percent": 40.0})
+
+    def apply(self, obj: dict, field_manager: str) -> dict:
+        self.applied.append((obj["kind"], obj["metadata"]["name"], field_manager))
+        answer = copy.deepcopy(obj)
+        answer["metadata"]["generation"] = 1
+        if obj["kind"] == "Deployment":
+            answer["status"] = self.deployment_status
+        return answer
+
+    def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
+        self.statuses.append(status)
+
+
+def _completed_pod(result: CacheResult) -> dict:
+    return {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Succeeded",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": result.to_message()}}}]}}
+
+
+def _conditions(status: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_first_pass_applies_only_the_cache_and_says_it_is_downloading() -> None:
+    kube, events = RecordingKube(), []
+    reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: events.append(e))
+    shared = cache_field_manager(UID)
+    assert kube.applied == [("PersistentVolumeClaim", cache_name(DFD), shared), ("Job", JOB, shared)]
+    [status] = kube.statuses
+    assert _conditions(status)["CacheReady"] == ("False", "Downloading")
+    assert _conditions(status)["Ready"] == ("False", "CacheNotReady")
+    assert status["cache"]["phase"] == "Downloading" and "resolved" not in status
+    assert ("Normal", "Downloading") in [e[:2] for e in events]
+
+
+def test_running_download_reports_progress_from_the_log() -> None:
+    running = {"metadata": {"name": "p", "creationTimestamp": "T"}, "status": {"phase": "Running"}}
+    kube = RecordingKube(job_status={"active": 1}, pods=[running])
+    reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None)
+    assert kube.statuses[-1]["cache"] == {"name": cache_name(DFD), "phase": "Downloading",
+                                          "message": "downloading target and draft: 40%", "percent": 40.0}
+
+
+def test_verified_pair_applies_exactly_the_desired_objects_and_reports_the_rollout() -> None:
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40, draft_block_size=16)
+    kube = RecordingKube(job_status={"conditions": [{"type": "Complete", "status": "True"}]},
+                         pods=[_completed_pod(result)],
+                         deployment_status={"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                                            "readyReplicas": 0})
+    config = OperatorConfig()
+    reconcile(kube, copy.deepcopy(BODY), config, lambda *e: None)
+
+    # The path `dflash-operator render` and the golden files test is the one the operator applies.
+    expected = desired_objects(DFD, config.render, config.cache,
+                               CacheFacts(cache_name(DFD), "a" * 40, "b" * 40))
+    assert [(k, n) for k, n, _ in kube.applied] == [(o["kind"], o["metadata"]["name"]) for o in expected]
+    managers = {k: m for k, _, m in kube.applied}
+    assert managers["Deployment"] == managers["Service"] == managers["PodDisruptionBudget"] == FIELD_MANAGER
+    assert managers["Job"] == managers["PersistentVolumeClaim"] == cache_field_manager(UID)
+
+    [status] = kube.statuses
+    conditions = _conditions(status)
+    assert conditions["CacheReady"] == ("True", "Cached") and conditions["ModelsCompatible"] == ("True", "PairChecked")
+    assert conditions["Ready"] == ("False", "WaitingForSpeculativeProbe")
+    assert status["resolved"] == {"targetCommit": "a" * 40, "draftCommit": "b" * 40}
+    assert (status["replicas"], status["readyReplicas"]) == (1, 0)
+    assert status["observedGeneration"] == BODY["metadata"]["generation"]
+
+
+def test_unchanged_world_writes_no_status_the_second_time() -> None:
+    kube = RecordingKube()
+    reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None)
+    again = {**copy.deepcopy(BODY), "status": kube.statuses[-1]}
+    events: list = []
+    reconcile(kube, again, OperatorConfig(), lambda *e: events.append(e))
+    assert len(kube.statuses) == 1 and events == []
+
+
+def test_too_many_tokens_for_the_cached_draft_gets_no_serving_object() -> None:
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40, draft_block_size=4)
+    kube = RecordingKube(job_status={"conditions": [{"type": "Complete", "status": "True"}]},
+                         pods=[_completed_pod(result)])
+    reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None)
+    assert [k for k, _, _ in kube.applied] == ["PersistentVolumeClaim", "Job"]
+    assert _conditions(kube.statuses[-1])["ModelsCompatible"] == ("False", "IncompatiblePair")
+
+
+def test_a_spec_with_problems_creates_nothing_and_stalls_with_every_problem() -> None:
+    body = copy.deepcopy(BODY)
+    body["spec"]["extraArgs"] = ["--port=1"]
+    body["spec"]["env"] = [{"name": "HF_HOME", "value": "/x"}]
+    kube = RecordingKube()
+    reconcile(kube, body, OperatorConfig(), lambda *e: None)
+    assert kube.applied == []
+    stalled = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "ExtraArgsCollide" and "HF_HOME" in stalled["message"]
