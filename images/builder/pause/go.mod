@@ -1,0 +1,3 @@
+module dflash.dev/images/pause
+
+go 1.26.0
