@@ -1,85 +1,201 @@
-"""Thin kopf handlers. Each one finds the DFlashDeployment concerned and runs the same level-based reconcile.
+"""Thin kopf handlers, all event-driven: every change the watches see runs the same level-based reconcile.
 
-`register` adds them to a registry with the configuration's settings (the resync interval is fixed when a timer is
-registered), so nothing is read from the environment at import time.
+Indexes (dflash_operator.observed) keep slim copies of the children, their pods and the DFlashDeployments, so a
+pass reads nothing from the API server. Plain event handlers rather than kopf's create/update handlers: those
+persist progress on the object (an annotation and a status field per change), which is write traffic a
+level-based reconcile does not need. Failed passes are retried here, with a delay, from the latest indexed body.
+One resync thread does only what no watch can tell: progress lines of running downloads and /metrics of ready
+pods. It is not a kopf timer: kopf puts a finalizer on every object that has a timer or daemon, which costs a write
+per object and leaves DFlashDeployments stuck behind it once the operator is uninstalled.
+
+`register` adds everything to a registry set up for one configuration, so nothing is read at import time.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from dflash_operator import metrics
-from dflash_operator.api import GROUP, KIND, PLURAL, VERSION
+from dflash_operator.api import GROUP, KIND, PLURAL, VERSION, DFlashDeployment
 from dflash_operator.config import OperatorConfig
 from dflash_operator.kube import Kube, load_client
+from dflash_operator.ledger import Ledger
+from dflash_operator.observed import (
+    DFDS_INDEX,
+    PODS_INDEX,
+    Observed,
+    index_id,
+    pod_keys,
+    slim_child,
+    slim_pod,
+)
 from dflash_operator.ownership import CHILD_KINDS, MANAGED_BY, MANAGED_BY_LABEL
 from dflash_operator.reconcile import RetryLater, reconcile
+from dflash_operator.render_cache import cache_job_name
+
+log = logging.getLogger(__name__)
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+ERROR_RETRY_SECONDS = 10.0
 
 
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.posting.level = logging.INFO
+    # Only warnings become Kubernetes events; the operator posts its own events for condition transitions.
+    settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120
     settings.networking.request_timeout = 30
     # No kopf peering objects: one operator replica, chosen by the Deployment, not by a CRD of kopf's.
     settings.peering.standalone = True
+    # No progress or diff-base is written on the objects: event handlers need neither.
     memo.kube = Kube(load_client())
+    memo.ledger = Ledger()
+    memo.retries = set()
+    memo.retries_lock = threading.Lock()
+    memo.observed = None  # the live indexes, handed over by the first handler call (indexes reach handlers only)
     config: OperatorConfig = memo.config
     metrics.serve(config.metrics_port, config.metrics_address)
+    threading.Thread(target=_resync_forever, args=(memo, config.resync_seconds), name="resync", daemon=True).start()
 
 
-def _run(memo: kopf.Memo, body: dict[str, Any], measure: bool = False) -> None:
-    # kopf.event reads only apiVersion, kind and metadata (name, namespace, uid): a plain dict serves.
+def _observed(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> Observed:
+    observed = Observed.from_kwargs(kwargs)
+    if memo.observed is None:
+        memo.observed = observed
+    return observed
+
+
+def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: bool = False) -> None:
+    meta = body["metadata"]
+    if meta.get("deletionTimestamp"):
+        return  # going away; the garbage collector takes the children with it
+
     def emit(kind: str, reason: str, message: str) -> None:
-        kopf.event(body, type=kind, reason=reason, message=message)  # type: ignore[arg-type]
+        # kopf.event reads only apiVersion, kind and metadata (name, namespace, uid): a plain dict serves.
+        kopf.event(dict(body), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
 
     with metrics.RECONCILE_SECONDS.time():
         try:
-            reconcile(memo.kube, body, memo.config, emit, measure=measure)
+            reconcile(memo.kube, observed, memo.ledger, dict(body), memo.config, emit, measure=measure)
         except RetryLater as error:
             metrics.RECONCILES.labels("retry").inc()
-            raise kopf.TemporaryError(str(error), delay=error.delay) from error
+            log.info("retrying %s/%s in %.0f s: %s", meta["namespace"], meta["name"], error.delay, error)
+            _retry_later(memo, meta["namespace"], meta["name"], observed, error.delay)
+            return
         except Exception:
             metrics.RECONCILES.labels("error").inc()
-            raise
+            log.exception("reconcile of %s/%s failed; retrying in %.0f s", meta["namespace"], meta["name"],
+                          ERROR_RETRY_SECONDS)
+            _retry_later(memo, meta["namespace"], meta["name"], observed, ERROR_RETRY_SECONDS)
+            return
     metrics.RECONCILES.labels("ok").inc()
 
 
-def reconcile_dfd(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    _run(memo, dict(body))
+def _retry_later(memo: kopf.Memo, namespace: str, name: str, observed: Observed, delay: float) -> None:
+    """One pending retry per DFlashDeployment, run on the body the index holds by then."""
+    key = (namespace, name)
+    with memo.retries_lock:
+        if key in memo.retries:
+            return
+        memo.retries.add(key)
+
+    def again() -> None:
+        with memo.retries_lock:
+            memo.retries.discard(key)
+        body = observed.dfd(namespace, name)
+        if body is not None:
+            _run(memo, body, observed)
+
+    timer = threading.Timer(delay, again)
+    timer.daemon = True
+    timer.start()
 
 
-def resync_and_measure(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Periodic pass: repairs anything the child watches missed and reads speculation metrics of ready pods."""
-    _run(memo, dict(body), measure=True)
+# --- indexes ------------------------------------------------------------------------------------------------------
+
+def index_child(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): slim_child(body)}
 
 
-def on_child_event(body: kopf.Body, memo: kopf.Memo, namespace: str | None, **_: Any) -> None:
+def index_pod(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> dict[Any, Any]:
+    pod = slim_pod(body)
+    return {key: pod for key in pod_keys(namespace or "", labels)}
+
+
+def index_dfd(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): slim_child(body)}
+
+
+# --- event handlers -----------------------------------------------------------------------------------------------
+
+def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    if type == "DELETED":
+        memo.ledger.forget_owner(body.metadata.uid or "")
+        return
+    _run(memo, body, _observed(memo, kwargs))
+
+
+def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace: str | None,
+                   **kwargs: Any) -> None:
     """A child changed or vanished: reconcile its owners, which re-apply the child if it drifted.
 
     A shared cache has one owner per DFlashDeployment using it; serving objects have exactly one."""
-    kube: Kube = memo.kube
+    if type == "DELETED":
+        memo.ledger.forget((body.get("apiVersion"), body.get("kind"), namespace, body.metadata.name))
+    observed = _observed(memo, kwargs)
     for owner in body.metadata.get("ownerReferences", []):
         if owner.get("kind") != KIND:
             continue
-        dfd = kube.get_dfd(namespace or "", owner["name"])
-        if dfd is None or dfd["metadata"]["uid"] != owner["uid"] or dfd["metadata"].get("deletionTimestamp"):
-            continue  # the owner is going away; the garbage collector takes the children with it
-        _run(memo, dfd)
+        dfd = observed.dfd(namespace or "", owner["name"])
+        if dfd is None or dfd["metadata"].get("uid") != owner["uid"]:
+            continue  # the owner is gone or replaced; the garbage collector takes the child
+        _run(memo, dfd, observed)
+
+
+def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None:
+    """Only what no watch event can tell: download progress in a running cache pod's log, and the speculation
+    figures of ready serving pods. A DFlashDeployment with neither costs nothing here."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if observed.ready_pod_ips(namespace, name):
+        _run(memo, body, observed, measure=True)
+        return
+    try:
+        job = cache_job_name(DFlashDeployment.model_validate(dict(body)))
+    except ValueError:
+        return  # an invalid spec has no cache; its Stalled status came from the event handler
+    if any(p["status"]["phase"] == "Running" for p in observed.job_pods(namespace, job)):
+        _run(memo, body, observed)
+
+
+def _resync_forever(memo: kopf.Memo, interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        observed: Observed | None = memo.observed
+        if observed is None:
+            continue
+        for namespace, name in observed.dfd_keys():
+            body = observed.dfd(namespace, name)
+            if body is not None:
+                try:
+                    resync(memo, observed, body)
+                except Exception:  # noqa: BLE001 - one object's failure must not end the loop
+                    log.exception("resync of %s/%s failed", namespace, name)
 
 
 def register(config: OperatorConfig) -> kopf.OperatorRegistry:
-    """A registry holding every handler, set up for `config`."""
+    """A registry holding every handler and index, set up for `config`."""
     registry = kopf.OperatorRegistry()
     kopf.on.startup(registry=registry)(configure)
-    for decorate in (kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry),
-                     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry),
-                     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry)):
-        decorate(reconcile_dfd)
-    kopf.timer(GROUP, VERSION, PLURAL, interval=config.resync_seconds, initial_delay=1.0,
-               registry=registry)(resync_and_measure)
     for kind in CHILD_KINDS:
-        kopf.on.event(*kind.watch_resource, labels={MANAGED_BY_LABEL: MANAGED_BY}, registry=registry)(on_child_event)
+        kopf.index(*kind.watch_resource, id=index_id(kind.plural), labels=MANAGED, registry=registry)(index_child)
+        kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", labels=MANAGED,
+                      registry=registry)(on_child_event)
+    kopf.index("v1", "pods", id=PODS_INDEX, labels=MANAGED, registry=registry)(index_pod)
+    kopf.index(GROUP, VERSION, PLURAL, id=DFDS_INDEX, registry=registry)(index_dfd)
+    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(on_dfd_event)
     return registry

@@ -1,4 +1,6 @@
-"""The operator's only door to the API server: server-side apply of children, reads, and status writes."""
+"""The operator's only door to the API server for writes: server-side apply of children, status, log reads.
+
+Reads of objects come from the watch-fed indexes (dflash_operator.observed), never from here."""
 
 from __future__ import annotations
 
@@ -56,31 +58,9 @@ class Kube:
         return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml",
                           query=[("fieldManager", field_manager), ("force", "true")])
 
-    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Job as the server has it, or None when it does not exist (yet)."""
-        try:
-            return self._call(object_path("batch/v1", "Job", namespace, name), "GET")
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
-    def get_dfd(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-            return found if isinstance(found, dict) else None
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
     def patch_dfd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status},
                                                           field_manager=FIELD_MANAGER)
-
-    def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return self._call(f"/api/v1/namespaces/{namespace}/pods", "GET",
-                          query=[("labelSelector", selector)])["items"]
 
     def last_log_line(self, namespace: str, pod: str) -> str:
         """The pod's last log line, or '' when there is none yet (container not started, node unreachable)."""
@@ -89,11 +69,3 @@ class Kube:
         except (ApiException, OSError):
             return ""
         return (text or "").strip().splitlines()[-1] if (text or "").strip() else ""
-
-    def ready_pod_ips(self, namespace: str, selector: str) -> list[str]:
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
-        return [
-            pod.status.pod_ip for pod in pods
-            if pod.status and pod.status.pod_ip and pod.metadata and pod.metadata.deletion_timestamp is None
-            and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-        ]

@@ -1,7 +1,8 @@
 """One reconcile pass: parse -> validate -> observe the cache -> apply what `desired_objects` returns -> status.
 
 Called by every handler; level-based and idempotent. An orchestrator only: rendering, status and events are
-decided by pure functions elsewhere.
+decided by pure functions elsewhere. It reads the world from the watch-fed indexes (`Observed`) and writes only
+what differs, so a pass over an unchanged world sends nothing to the API server.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from dflash_operator.api import DFlashDeployment
 from dflash_operator.api.models import CacheStatus, Condition, DFlashDeploymentStatus, ResolvedRevisions
 from dflash_operator.config import OperatorConfig
 from dflash_operator.desired import desired_objects
+from dflash_operator.drift import covers
 from dflash_operator.kube import Kube
+from dflash_operator.ledger import Ledger
+from dflash_operator.observed import Observed
 from dflash_operator.ownership import field_manager
 from dflash_operator.pairing import speculative_tokens_problems
 from dflash_operator.render import SERVING_PORT, CacheFacts, endpoint, selector_string
@@ -52,8 +56,8 @@ def _validation_message(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: EventSink,
-              measure: bool = False) -> None:
+def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, Any], config: OperatorConfig,
+              emit: EventSink, measure: bool = False) -> None:
     """Brings the children in line with the spec and writes status if anything changed.
 
     The serving objects exist only once both models are cached, verified and compatible, so no GPU pod is ever
@@ -64,21 +68,22 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
     try:
         dfd = DFlashDeployment.model_validate(body)
     except ValidationError as error:
-        _stall(kube, body, "InvalidSpec", _validation_message(error), emit)
+        _stall(kube, ledger, body, "InvalidSpec", _validation_message(error), emit)
         return
     problems = spec_problems(dfd)
     if problems:
-        _stall(kube, body, problems[0].reason, "; ".join(p.message for p in problems), emit)
+        _stall(kube, ledger, body, problems[0].reason, "; ".join(p.message for p in problems), emit)
         return
 
-    outcome = _cache_outcome(kube, namespace, cache_job_name(dfd))
+    outcome = _cache_outcome(kube, observed, namespace, cache_job_name(dfd))
     gate = _cache_gate(outcome, dfd.spec.num_speculative_tokens)
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
     try:
-        applied = _apply_all(kube, desired_objects(dfd, config.render, config.cache, facts), meta["uid"])
+        current = _apply_differing(kube, observed, ledger,
+                                   desired_objects(dfd, config.render, config.cache, facts), meta["uid"])
     except _Rejected as error:
-        _stall(kube, body, "ChildRejected", str(error), emit)
+        _stall(kube, ledger, body, "ChildRejected", str(error), emit)
         return
 
     new = DFlashDeploymentStatus(
@@ -89,25 +94,36 @@ def reconcile(kube: Kube, body: dict[str, Any], config: OperatorConfig, emit: Ev
     if outcome.target_commit or outcome.draft_commit:
         new.resolved = ResolvedRevisions(target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
     if gate is not None:
-        _write_status(kube, body, new, gate, emit)
+        _write_status(kube, ledger, body, new, gate, emit)
         return
 
-    facts_of_rollout = status.rollout_facts(applied[-1], dfd.spec.replicas)  # the Deployment is applied last
+    facts_of_rollout = status.rollout_facts(current[-1], dfd.spec.replicas)  # the Deployment comes last
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
-        counters, pods = _measure(kube, namespace, name, config)
+        counters, pods = _measure(observed, namespace, name, config)
         new.speculation, healthy = status.speculation_figures(counters, pods, dfd.spec.readiness.min_acceptance_rate)
         conditions.append(healthy)
-    _write_status(kube, body, new, conditions, emit)
+    _write_status(kube, ledger, body, new, conditions, emit)
 
 
-def _apply_all(kube: Kube, objects: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
-    """Applies in order and returns the objects as the server has them; stops at the first rejection."""
-    applied = []
+def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: list[dict[str, Any]], uid: str
+                     ) -> list[dict[str, Any] | None]:
+    """Applies, in order, each object the server does not already hold as rendered; returns every object as the
+    server has it. Stops at the first rejection."""
+    current: list[dict[str, Any] | None] = []
     for obj in objects:
+        meta = obj["metadata"]
+        seen = observed.child(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if seen is not None and covers(seen, obj):
+            current.append(seen)
+            continue
+        if seen is None and ledger.applied_unseen(obj):
+            current.append(None)  # applied by an earlier pass; its watch event is on the way
+            continue
         try:
-            applied.append(kube.apply(obj, field_manager=field_manager(obj, uid)))
+            current.append(kube.apply(obj, field_manager=field_manager(obj, uid)))
+            ledger.record_apply(obj)
         except ApiException as error:
             if error.status in (409, 429) or (error.status or 0) >= 500:
                 raise RetryLater(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {error.status}",
@@ -115,14 +131,14 @@ def _apply_all(kube: Kube, objects: list[dict[str, Any]], uid: str) -> list[dict
             if error.status in (400, 422):
                 raise _Rejected(f"the API server rejected the {obj['kind']}: {_api_message(error)}") from error
             raise
-    return applied
+    return current
 
 
-def _cache_outcome(kube: Kube, namespace: str, job_name: str) -> cache_outcome.CacheOutcome:
-    job = kube.job(namespace, job_name)
+def _cache_outcome(kube: Kube, observed: Observed, namespace: str, job_name: str) -> cache_outcome.CacheOutcome:
+    job = observed.child("batch/v1", "Job", namespace, job_name)
     if job is None:
         return cache_outcome.cache_outcome(None, [])
-    pods = kube.pods(namespace, f"job-name={job_name}")
+    pods = observed.job_pods(namespace, job_name)
     running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
     # Progress is the last JSON line the download program printed; read only while it runs.
     last_line = kube.last_log_line(namespace, running[0]["metadata"]["name"]) if running else ""
@@ -150,15 +166,15 @@ def _api_message(error: ApiException) -> str:
         return str(error.reason)
 
 
-def _stall(kube: Kube, body: dict[str, Any], reason: str, message: str, emit: EventSink) -> None:
+def _stall(kube: Kube, ledger: Ledger, body: dict[str, Any], reason: str, message: str, emit: EventSink) -> None:
     new = DFlashDeploymentStatus(observed_generation=body["metadata"].get("generation", 0))
-    _write_status(kube, body, new, status.stalled_conditions(reason, message), emit)
+    _write_status(kube, ledger, body, new, status.stalled_conditions(reason, message), emit)
 
 
-def _write_status(kube: Kube, body: dict[str, Any], new: DFlashDeploymentStatus, conditions: list[Condition],
-                  emit: EventSink) -> None:
+def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashDeploymentStatus,
+                  conditions: list[Condition], emit: EventSink) -> None:
     meta = body["metadata"]
-    old = body.get("status") or {}
+    old = {**(body.get("status") or {}), **(ledger.last_status(meta["uid"]) or {})}
     old_conditions = old.get("conditions") or []
     new.conditions = status.merge_conditions(old_conditions, conditions, meta.get("generation", 0),
                                              status.now_rfc3339())
@@ -166,16 +182,17 @@ def _write_status(kube: Kube, body: dict[str, Any], new: DFlashDeploymentStatus,
     if not status.status_changed(old, wire):
         return
     kube.patch_dfd_status(meta["namespace"], meta["name"], wire)
+    ledger.record_status(meta["uid"], status.merge_patched(old, wire))
     for event in status.transition_events(old_conditions, new.conditions):
         emit(event.type, event.reason, event.message)
 
 
-def _measure(kube: Kube, namespace: str, name: str, config: OperatorConfig
+def _measure(observed: Observed, namespace: str, name: str, config: OperatorConfig
              ) -> tuple[speculation.SpecCounters | None, int]:
     """Sums the counters of every ready pod since its start; returns them and how many pods answered."""
     total: speculation.SpecCounters | None = None
     pods = 0
-    for ip in kube.ready_pod_ips(namespace, selector_string(name)):
+    for ip in observed.ready_pod_ips(namespace, name):
         try:
             url = speculation.metrics_url(ip, SERVING_PORT, config.metrics_allowed_networks)
             counters = speculation.read_pod_counters(url, config.metrics_timeout_seconds)

@@ -165,6 +165,19 @@ def to_wire(status: DFlashDeploymentStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, exclude_none=True)
 
 
+def merge_patched(target: Any, patch: Any) -> Any:
+    """`target` after a JSON merge patch (RFC 7386), which is how the status write lands on the server."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patched(result.get(key), value)
+    return result
+
+
 def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """True when a write is needed; fields the operator does not own (e.g. kopf's own bookkeeping) are ignored."""
     old = old or {}
@@ -198,7 +211,10 @@ _EVENT_CONDITIONS = (READY, STALLED, CACHE_READY, MODELS_COMPATIBLE, SPECULATION
 
 
 def transition_events(old: list[dict[str, Any]], new: list[Condition]) -> list[Event]:
-    """One event per condition whose status or reason changed; a warning where the change needs attention."""
+    """One event per condition whose status or reason changed; a warning where the change needs attention.
+
+    A condition's first appearance is not a transition: a new DFlashDeployment posts events only for what needs
+    attention (a stall, an incompatible pair), not one per condition it starts with."""
     before = {c["type"]: c for c in old}
     events = []
     for cond in new:
@@ -209,6 +225,8 @@ def transition_events(old: list[dict[str, Any]], new: list[Condition]) -> list[E
             continue
         bad = (cond.type == STALLED and cond.status == "True") or (
             cond.type in (MODELS_COMPATIBLE, SPECULATION_HEALTHY) and cond.status == "False")
+        if previous is None and not bad:
+            continue
         events.append(Event("Warning" if bad else "Normal", cond.reason,
                             f"{cond.type}={cond.status}: {cond.message}"))
     return events

@@ -57,8 +57,12 @@ def test_every_child_kind_is_watched_and_has_an_api_path() -> None:
     for kind in CHILD_KINDS:
         assert (kind.group, kind.version, kind.plural) in watched
         assert object_path(kind.api_version, kind.kind, "ns", "x").endswith(f"/namespaces/ns/{kind.plural}/x")
-    [timer] = registry._spawning.get_all_handlers()
-    assert timer.interval == 7
+    indexed = {(h.selector.group or "", h.selector.version, h.selector.any_name)
+               for h in registry._indexing.get_all_handlers()}
+    assert {(k.group, k.version, k.plural) for k in CHILD_KINDS} | {("", "v1", "pods")} <= indexed
+    # No kopf timers or daemons: kopf would put a finalizer on every DFlashDeployment for them.
+    assert list(registry._spawning.get_all_handlers()) == []
+    assert not list(registry._changing.get_all_handlers()), "create/update handlers write progress on the object"
 
 
 def test_the_controller_applies_its_own_objects_and_each_sharer_the_cache() -> None:

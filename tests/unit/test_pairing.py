@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+
 from dflash_operator.pairing import (
     Problem,
     check_configs,

@@ -7,7 +7,11 @@ import json
 import pytest
 from kubernetes.client.rest import ApiException
 
-from dflash_operator.reconcile import OperatorConfig, RetryLater, reconcile
+from dflash_operator.config import OperatorConfig
+from dflash_operator.ledger import Ledger
+from dflash_operator.reconcile import RetryLater
+from dflash_operator.reconcile import reconcile as reconcile_with
+from dflash_testkit.indexes import observed
 
 BODY = {
     "apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
@@ -26,12 +30,13 @@ class RefusingKube:
 
     def apply(self, obj: dict, field_manager: str = "") -> dict:
         raise self.error
-
-    def job(self, namespace: str, name: str) -> None:
-        return None  # not created yet
-
     def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
         self.statuses.append(status)
+
+
+def reconcile(kube, body: dict, config: OperatorConfig, emit) -> None:
+    """Against an empty cluster: nothing observed yet, nothing written before."""
+    reconcile_with(kube, observed(), Ledger(), body, config, emit)
 
 
 @pytest.mark.parametrize("code", [409, 429, 500, 503])

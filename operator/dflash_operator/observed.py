@@ -1,0 +1,112 @@
+"""What the operator knows about the cluster without asking: kopf indexes fed by its watches.
+
+Each index keeps a slim copy (no managedFields, only what reconcile reads) of the children, the pods of cache Jobs
+and serving pods, and the DFlashDeployments themselves. Reconcile reads them instead of sending GETs and LISTs, so
+a pass over an unchanged world sends nothing to the API server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dflash_operator.ownership import CHILD_KINDS, child_kind
+from dflash_operator.render import INSTANCE_LABEL
+
+JOB_NAME_LABEL = "job-name"  # set by the Job controller on its pods
+
+
+def index_id(plural: str) -> str:
+    """The kopf index of one child kind; also the keyword its handlers receive it under."""
+    return f"observed_{plural}"
+
+
+PODS_INDEX = "observed_pods"
+DFDS_INDEX = "observed_dflashdeployments"
+
+
+def slim_child(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The child as reconcile compares it: its metadata without managedFields, its spec and its status."""
+    meta = dict(body.get("metadata") or {})
+    meta.pop("managedFields", None)
+    slim = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": meta}
+    for part in ("spec", "status"):
+        if part in body:
+            slim[part] = body[part]
+    return slim
+
+
+def _ready(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What reconcile reads of a pod: its phase, address, readiness and the termination messages it left."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    statuses = [{"state": {"terminated": {"message": s["state"]["terminated"].get("message", "")}}}
+                for s in status.get("containerStatuses") or []
+                if (s.get("state") or {}).get("terminated")]
+    return {
+        "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
+                     "deletionTimestamp": meta.get("deletionTimestamp")},
+        "status": {"phase": status.get("phase"), "podIP": status.get("podIP"), "ready": _ready(status),
+                   "containerStatuses": statuses},
+    }
+
+
+def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The pod's keys in the pod index: the cache Job it runs for, or the DFlashDeployment it serves."""
+    keys = []
+    if JOB_NAME_LABEL in labels:
+        keys.append(("job", namespace, labels[JOB_NAME_LABEL]))
+    if INSTANCE_LABEL in labels:
+        keys.append(("serving", namespace, labels[INSTANCE_LABEL]))
+    return keys
+
+
+def _values(index: Any, key: Any) -> list[Any]:
+    try:
+        return list(index[key])
+    except KeyError:
+        return []
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Read-only view over the indexes kopf passes to every handler (as keyword arguments)."""
+
+    indexes: Mapping[str, Any]
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any]) -> Observed:
+        ids = [index_id(k.plural) for k in CHILD_KINDS] + [PODS_INDEX, DFDS_INDEX]
+        return cls({i: kwargs[i] for i in ids})
+
+    def child(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        found = _values(self.indexes[index_id(child_kind(api_version, kind).plural)], (namespace, name))
+        return found[0] if found else None
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return _values(self.indexes[PODS_INDEX], ("job", namespace, job))
+
+    def serving_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return _values(self.indexes[PODS_INDEX], ("serving", namespace, name))
+
+    def ready_pod_ips(self, namespace: str, name: str) -> list[str]:
+        return [p["status"]["podIP"] for p in self.serving_pods(namespace, name)
+                if p["status"]["ready"] and p["status"]["podIP"] and not p["metadata"]["deletionTimestamp"]]
+
+    def dfd_keys(self) -> list[tuple[str, str]]:
+        """Every indexed DFlashDeployment; a snapshot, safe to take while the watches update the index."""
+        index = self.indexes[DFDS_INDEX]
+        for _ in range(5):
+            try:
+                return list(index)
+            except RuntimeError:  # the index changed size while being copied: take it again
+                continue
+        return []
+
+    def dfd(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = _values(self.indexes[DFDS_INDEX], (namespace, name))
+        return found[0] if found else None

@@ -1,0 +1,16 @@
+"""Stand-ins for the operator's watch-fed indexes, for unit tests of reconcile: plain mappings of key -> values,
+the shape kopf's indexes have."""
+
+from __future__ import annotations
+
+from dflash_operator.observed import DFDS_INDEX, PODS_INDEX, Observed, index_id
+from dflash_operator.ownership import CHILD_KINDS, child_kind
+
+
+def observed(children: tuple[dict, ...] | list[dict] = (), pods: dict[tuple, list[dict]] | None = None) -> Observed:
+    indexes: dict[str, dict] = {index_id(k.plural): {} for k in CHILD_KINDS}
+    for child in children:
+        kind = child_kind(child["apiVersion"], child["kind"])
+        key = (child["metadata"]["namespace"], child["metadata"]["name"])
+        indexes[index_id(kind.plural)][key] = [child]
+    return Observed({**indexes, PODS_INDEX: pods or {}, DFDS_INDEX: {}})
