@@ -6,6 +6,7 @@
 #   bash scripts/gpu/device.sh proof     unpack once every part is there; start the bounds' engines detached (they
 #                                        outlive this call: models.py mid, then bench.py start); run proof.py
 #   bash scripts/gpu/device.sh bench     bench.py measure (starts the engines itself on a machine that has none)
+#   bash scripts/gpu/device.sh diag      diag_random.py: where the random pair's output departs from no speculation
 #   bash scripts/gpu/device.sh info      what the machine has (driver, GPU, torch)
 #
 # Files outside the tree ($LANE, default /root/gpu-lane) survive between calls while the machine is warm.
@@ -81,5 +82,6 @@ case ${1:-} in
     "$PY" "$ROOT/scripts/gpu/proof.py"
     ;;
   bench) unpack; "$PY" "$ROOT/scripts/gpu/bench.py" measure ;;
+  diag) unpack; "$PY" "$ROOT/scripts/gpu/diag_random.py" ;;
   *) sed -n '2,12p' "$0"; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 """Merges the GPU lane's results (proof.json, bench.json as they came back from the device) into one committed JSON
 under bench/results/ and prints the README's table.
 
-    python3 scripts/gpu/report.py PROOF.json BENCH.json [--out bench/results/gpu-lane-DATE.json]
+    python3 scripts/gpu/report.py PROOF.json BENCH.json [--diag DIAG.json] [--out bench/results/gpu-lane-DATE.json]
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("proof", type=Path)
     parser.add_argument("bench", type=Path)
+    parser.add_argument("--diag", type=Path, help="diag_random.py's diag.json from a later call")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     proof = json.loads(args.proof.read_text()) if args.proof.exists() else None
@@ -64,6 +65,7 @@ def main() -> None:
     out = args.out or ROOT / "bench" / "results" / f"gpu-lane-{date}.json"
     merged = {"lane": "GPU lane (by hand): scripts/gpu", "proof": slim_proof(proof) if proof else None,
               "bounds": bench,
+              "random_pair_followup": json.loads(args.diag.read_text()) if args.diag else None,
               "note": "bounds use random weights (all-accept and random drafts): limits of the stack, not "
                       "real-model figures"}
     out.parent.mkdir(parents=True, exist_ok=True)
