@@ -146,6 +146,11 @@ def test_kubectl_logs_exec_port_forward(plane: ControlPlane, core, namespace: st
     wait_for(lambda: "serving on 8080" in plane.kubectl("logs", *ns, "web", check=False).stdout, "the log line", 30)
     out = plane.kubectl("exec", *ns, "web", "--", "sh", "-c", "echo exec-ok; id -u; hostname").stdout.split()
     assert out == ["exec-ok", "0", "web"]
+    # The network rule, seen from inside: the pod's only route is its bridge's subnet; no default route out.
+    routes = plane.kubectl("exec", *ns, "web", "--", "cat", "/proc/net/route").stdout.splitlines()[1:]
+    destinations = {(r.split()[0], r.split()[1]) for r in routes}
+    subnet_hex = "".join(f"{int(o):02X}" for o in reversed(BRIDGE_SUBNET.split("/")[0].split(".")))
+    assert destinations == {("eth0", subnet_hex)}, routes
 
     port = _free_port()
     forward = subprocess.Popen(
