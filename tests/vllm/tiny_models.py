@@ -10,7 +10,8 @@ hidden state and greedy decoding always picks token 0. A draft whose `norm.weigh
 token 0, so every draft token is accepted; a random draft almost never matches.
 
 Run as `python tiny_models.py OUT_DIR` to make the standard set (target, target-collapsed, draft-matching,
-draft-random) under OUT_DIR.
+draft-random, and draft-matching-speculators: the matching draft with its config in the speculators layout) under
+OUT_DIR; run.sh does, once for all its sessions.
 """
 
 from __future__ import annotations
@@ -110,6 +111,53 @@ def make_draft(out: Path, target: Path, *, matching: bool, seed: int = 1) -> Pat
     return out
 
 
+# DFlash2's extra dflash_config keys (convolution and candidate selector), small values for a 128-wide draft.
+DFLASH2_KEYS = {"conv_kernel_size": 4, "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}
+
+
+def to_layout(config: dict, layout: str) -> dict:
+    """A z-lab draft config (what make_draft writes) in another layout vLLM serves.
+
+    - "z-lab": unchanged;
+    - "dflash2": architectures DFlash2DraftModel (vLLM >= 0.28), DFLASH2_KEYS in dflash_config;
+    - "speculators": speculators_model_type dflash, the draft's own fields under transformer_layer_config,
+      mask_token_id / target_hidden_size / draft_vocab_size at the top, aux_hidden_state_layer_ids counted from 1.
+    """
+    config = json.loads(json.dumps(config))
+    if layout == "z-lab":
+        return config
+    if layout == "dflash2":
+        config["architectures"] = ["DFlash2DraftModel"]
+        config["dflash_config"] |= DFLASH2_KEYS
+        return config
+    assert layout == "speculators", layout
+    dflash = config.pop("dflash_config")
+    config.pop("architectures")
+    return {
+        "speculators_model_type": "dflash",
+        "architectures": ["DFlashSpeculator"],
+        "transformer_layer_config": config,
+        "mask_token_id": dflash["mask_token_id"],
+        "target_hidden_size": config.pop("target_hidden_size", config["hidden_size"]),
+        "draft_vocab_size": config["vocab_size"],
+        "aux_hidden_state_layer_ids": [i + 1 for i in dflash["target_layer_ids"]],
+        "speculators_config": {"algorithm": "dflash",
+                               "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                               "verifier": {"name_or_path": "tiny-target", "architectures": ["Qwen3NextForCausalLM"]}},
+    }
+
+
+def relayout(draft: Path, out: Path, layout: str) -> Path:
+    """A copy of `draft` (weights included) whose config.json is in `layout`."""
+    out.mkdir(parents=True, exist_ok=True)
+    for item in draft.iterdir():
+        if item.name != "config.json":
+            (out / item.name).write_bytes(item.read_bytes())
+    (out / "config.json").write_text(json.dumps(to_layout(json.loads((draft / "config.json").read_text()), layout),
+                                                indent=2))
+    return out
+
+
 def make_all(root: Path) -> dict[str, Path]:
     target = make_target(root / "target", collapsed=False)
     collapsed = make_target(root / "target-collapsed", collapsed=True)
@@ -118,7 +166,8 @@ def make_all(root: Path) -> dict[str, Path]:
         "target-collapsed": collapsed,
         "draft-matching": make_draft(root / "draft-matching", collapsed, matching=True),
         "draft-random": make_draft(root / "draft-random", target, matching=False),
-    }
+    } | {"draft-matching-speculators": relayout(root / "draft-matching", root / "draft-matching-speculators",
+                                                "speculators")}
 
 
 if __name__ == "__main__":

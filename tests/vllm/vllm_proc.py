@@ -18,6 +18,11 @@ from pathlib import Path
 CPU_ARGS = ["--dtype", "bfloat16", "--enforce-eager", "--no-enable-prefix-caching",
             "--gpu-memory-utilization", "0.2", "--max-model-len", "512"]
 NUM_SPEC_TOKENS = 3
+# Load-stage markers in a vLLM log (0.20 to 0.32 word them alike).
+CRASH = "Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested"
+# The tiny draft's target_layer_ids [1, 2]: vLLM taps the outputs of the layers after them.
+AUX_LAYERS = "Using auxiliary layers from speculative config: (2, 3)"
+WARMUP = "Warming up model for the compilation..."
 PLUGIN_SRC = Path(__file__).resolve().parents[2] / "images" / "vllm" / "plugin"
 
 
@@ -147,9 +152,9 @@ def start_server(model: Path, log: Path, extra: list[str], plugin_dir: Path | No
     raise RuntimeError(f"vLLM server did not come up (exit {proc.popen.poll()}); log tail:\n{proc.tail()}")
 
 
-def complete(server: Server, prompt: str, max_tokens: int = 12, timeout: float = 60) -> dict:
+def complete(server: Server, prompt: str, max_tokens: int = 12, timeout: float = 60, **extra) -> dict:
     payload = {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-               "ignore_eos": True, "return_token_ids": True}
+               "ignore_eos": True, "return_token_ids": True, **extra}
     req = urllib.request.Request(server.url + "/v1/completions", data=json.dumps(payload).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -159,3 +164,21 @@ def complete(server: Server, prompt: str, max_tokens: int = 12, timeout: float =
 def metrics(server: Server) -> str:
     with urllib.request.urlopen(server.url + "/metrics", timeout=30) as resp:
         return resp.read().decode()
+
+
+def start_to_verdict(target: Path, draft: Path, plugin_dir: Path, logs: Path, needles: list[str],
+                     timeout: float = 600, python: str = sys.executable) -> dict[str, tuple[Proc, str | None]]:
+    """Starts the server for target + draft twice at once, without ("bare") and with ("plugin") the plugin on the
+    path, and leaves each at the first of `needles` in its log (None if it exited or timed out first). The caller
+    stops the processes. Both at once: on 2 cores starting is mostly waiting."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(name: str, plugin: Path | None) -> tuple[Proc, str | None]:
+        argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target),
+                "--host", "127.0.0.1", "--port", str(free_port()), *CPU_ARGS, *spec_args(draft)]
+        proc = spawn(argv, logs / f"{name}.log", vllm_env(plugin))
+        return proc, proc.wait_for(needles, timeout=timeout)
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = {"bare": pool.submit(run, "bare", None), "plugin": pool.submit(run, "plugin", plugin_dir)}
+        return {name: future.result() for name, future in futures.items()}

