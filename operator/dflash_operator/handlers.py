@@ -13,6 +13,7 @@ per object and leaves DFlashDeployments stuck behind it once the operator is uni
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -56,7 +57,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.ledger = Ledger()
     memo.retries = set()
     memo.retries_lock = threading.Lock()
-    memo.observed = None  # the live indexes, handed over by the first handler call (indexes reach handlers only)
+    # kopf hands each object a shallow copy of the memo: state every handler shares lives in mutable objects.
+    # The live indexes are handed over by the first handler call (kopf passes indexes to handlers only).
+    memo.shared = {"observed": None}
+    memo.locks = collections.defaultdict(threading.Lock)  # one reconcile at a time per DFlashDeployment
     config: OperatorConfig = memo.config
     metrics.serve(config.metrics_port, config.metrics_address)
     threading.Thread(target=_resync_forever, args=(memo, config.resync_seconds), name="resync", daemon=True).start()
@@ -64,8 +68,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 def _observed(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> Observed:
     observed = Observed.from_kwargs(kwargs)
-    if memo.observed is None:
-        memo.observed = observed
+    if memo.shared["observed"] is None:
+        memo.shared["observed"] = observed
     return observed
 
 
@@ -78,7 +82,7 @@ def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: 
         # kopf.event reads only apiVersion, kind and metadata (name, namespace, uid): a plain dict serves.
         kopf.event(dict(body), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
 
-    with metrics.RECONCILE_SECONDS.time():
+    with memo.locks[meta.get("uid")], metrics.RECONCILE_SECONDS.time():
         try:
             reconcile(memo.kube, observed, memo.ledger, dict(body), memo.config, emit, measure=measure)
         except RetryLater as error:
@@ -175,7 +179,7 @@ def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None
 def _resync_forever(memo: kopf.Memo, interval: float) -> None:
     while True:
         time.sleep(interval)
-        observed: Observed | None = memo.observed
+        observed: Observed | None = memo.shared["observed"]
         if observed is None:
             continue
         for namespace, name in observed.dfd_keys():
@@ -190,6 +194,8 @@ def _resync_forever(memo: kopf.Memo, interval: float) -> None:
 def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     """A registry holding every handler and index, set up for `config`."""
     registry = kopf.OperatorRegistry()
+    # A registry of our own starts empty: kopf's default login (kubeconfig or in-cluster) must be added to it.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
     kopf.on.startup(registry=registry)(configure)
     for kind in CHILD_KINDS:
         kopf.index(*kind.watch_resource, id=index_id(kind.plural), labels=MANAGED, registry=registry)(index_child)

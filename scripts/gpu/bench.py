@@ -25,7 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +178,7 @@ def summarize(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, Any
                 "mean_accepted_length": statistics.fmean(mal) if mal else None,
             }
     base = summary.get("no-spec", {})
-    for name, by_batch in summary.items():
+    for _name, by_batch in summary.items():
         for batch, entry in by_batch.items():
             if batch in base:
                 entry["speedup_vs_no_spec"] = entry["tok_s_median"] / base[batch]["tok_s_median"]
@@ -248,7 +248,7 @@ def measure() -> int:
     report = {
         "what": "Bounds of the DFlash data plane on vLLM 0.23.0 with RANDOM weights (all-accept and random drafts): "
                 "not real-model figures",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         **environment(),
         "gpu_memory_used_while_all_engines_up": smi_mem,
         "models": made,
@@ -270,8 +270,8 @@ def measure() -> int:
                 keep = [line for line in lines if any(s in line for s in (
                     "Compil", "compil", "graph", "Graph", "init engine", "Loading", "memory", "backend", "Error",
                     "error", "dflash-vllm", "auxiliary"))]
-                logs.write(f"===== {name} ({len(lines)} lines)\n" + "\n".join((keep[-40:] + ["-- tail --"] +
-                                                                               lines[-25:])) + "\n")
+                logs.write(f"===== {name} ({len(lines)} lines)\n" + "\n".join(keep[-40:] + ["-- tail --"] +
+                                                                               lines[-25:]) + "\n")
         launcher = WORK / "launcher.log"
         if launcher.exists():
             logs.write("===== launcher\n" + "\n".join(launcher.read_text(errors="replace").splitlines()[-40:]))

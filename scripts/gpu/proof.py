@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,13 +156,13 @@ def main() -> int:
         for name, future in futures.items():
             try:
                 servers[name] = future.result()
-            except Exception as exc:  # the log tail is in the message
+            except Exception as exc:  # noqa: BLE001 - the log tail is in the message
                 servers[name] = exc
 
     probe: dict[str, Any] = {}
     try:
         argv, rendered_by = rendered_probe()
-    except Exception as exc:  # the operator package moved under us: run the probe as render.py rendered it on 12-02
+    except Exception as exc:  # noqa: BLE001 - the operator package moved under us: run the probe as render.py rendered it on 12-02
         readiness = CR["spec"]["readiness"]
         argv = ["dflash-probe", "--url", "http://127.0.0.1:8000", "--model", CR["spec"]["target"]["repo"],
                 "--prompt", "def fibonacci(n):", "--max-tokens", "16",
@@ -220,7 +220,7 @@ def main() -> int:
 
     report = {
         "what": "GPU lane proof: vLLM 0.23.0 + dflash-vllm plugin, tiny Qwen3Next target + tiny DFlash drafts",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": smi, "torch": torch.__version__, "cuda": torch.version.cuda, "vllm": md.version("vllm"),
         "transformers": md.version("transformers"), "python": sys.version.split()[0],
         "num_speculative_tokens": K, "max_tokens": MAX_TOKENS, "prompts": PROMPTS,

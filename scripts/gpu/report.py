@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-LABELS = {"no-spec": "no speculation", "k4-all-accept": "all-accept draft, K=4", "k8-all-accept": "all-accept draft, K=8",
+LABELS = {"no-spec": "no speculation", "k4-all-accept": "all-accept draft, K=4",
+          "k8-all-accept": "all-accept draft, K=8",
           "k4-random": "random draft, K=4", "k8-random": "random draft, K=8"}
 
 

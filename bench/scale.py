@@ -1,0 +1,282 @@
+"""Benchmark: the operator at scale on the real control plane, each figure beside its floor from the same run.
+
+    .venv/bin/python bench/scale.py --count 1000 [--latency-count 50] [--idle-seconds 120]
+                                    [--operator-src DIR] [--out bench-results/scale-1000.json]
+
+Measures, with DFlashDeployments that wait for their cache (no node runs the download: the common state while
+hundreds of GB download):
+- latency: CR created -> its cache PVC and Job exist, p50/p99 over CRs applied one by one; floor: one client's
+  create -> the object readable by another request;
+- bulk: N CRs applied at once -> every child and every first status; floor: a plain client creating the same
+  children (rendered by the operator's own renderer) with the same concurrency;
+- writes per CR creation by verb and resource (apiserver_request_total deltas, the bench's own creates taken out);
+- idle: every request the API server serves over a window with nothing changing, by verb and resource;
+- operator RSS with 0 and N CRs.
+--operator-src runs another checkout's operator (e.g. a worktree of an older commit) for before/after figures.
+Prints a table and writes JSON with the machine, versions and every raw figure. Not a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+from prometheus_client.parser import text_string_to_metric_families
+
+from dflash_operator.api import DFlashDeployment
+from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
+from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok
+
+REPO = Path(__file__).resolve().parents[1]
+API = ("serving.dflash.dev", "v1alpha1")
+WORKERS = 16
+OWN_RESOURCES = {"jobs", "persistentvolumeclaims", "deployments", "services", "poddisruptionbudgets",
+                 "dflashdeployments", "events", "pods"}
+
+
+def dfd_body(index: int) -> dict[str, Any]:
+    # A distinct pair per CR, so each one has its own cache (the worst case for children).
+    return {"apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
+            "metadata": {"name": f"coder-{index}"},
+            "spec": {"target": {"repo": "Qwen/Qwen3-Coder-Next", "revision": f"rev-{index}"},
+                     "draft": {"repo": "z-lab/Qwen3-Coder-Next-DFlash"}}}
+
+
+def cache_names(index: int, namespace: str) -> tuple[str, str]:
+    body = dfd_body(index)
+    body["metadata"].update(namespace=namespace, uid="x")
+    dfd = DFlashDeployment.model_validate(body)
+    return cache_name(dfd), cache_job_name(dfd)
+
+
+def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:
+    body = dfd_body(index)
+    body["metadata"].update(namespace=namespace, uid="x")
+    dfd = DFlashDeployment.model_validate(body)
+    objects = [render_cache_pvc(dfd), render_cache_job(dfd, CacheConfig())]
+    for obj in objects:  # no owner: the garbage collector would take children of a DFlashDeployment that is not
+        obj["metadata"].pop("ownerReferences", None)
+    return objects
+
+
+def request_counts(plane: ControlPlane) -> collections.Counter:
+    text = plane.kubectl("get", "--raw", "/metrics").stdout
+    counts: collections.Counter = collections.Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
+            counts[(labels.get("verb", ""), resource)] += sample.value
+    return counts
+
+
+def delta(after: collections.Counter, before: collections.Counter) -> dict[str, int]:
+    out = {}
+    for (verb, resource), value in after.items():
+        diff = int(value - before.get((verb, resource), 0))
+        if diff and resource.split("/")[0] in OWN_RESOURCES:
+            out[f"{verb} {resource}"] = diff
+    return dict(sorted(out.items()))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def poll(check, timeout: float, interval: float = 0.005) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return time.monotonic()
+        time.sleep(interval)
+    raise TimeoutError("benchmark step timed out")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def exists(fn, *args) -> bool:
+    try:
+        fn(*args)
+        return True
+    except kubernetes.client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="dflash-scale-"))
+    # No nodes: the cache pods stay Pending, as while a download waits; nothing plays a kubelet.
+    with ControlPlane(workdir=workdir, bin_dir=build_binaries(), crd_files=default_crds(), gpu_nodes=0) as plane:
+        client = kubernetes.config.new_client_from_config(config_file=str(plane.kubeconfig))
+        client.configuration.connection_pool_maxsize = WORKERS * 2
+        core, batch = kubernetes.client.CoreV1Api(client), kubernetes.client.BatchV1Api(client)
+        custom = kubernetes.client.CustomObjectsApi(client)
+        for ns in ("lat", "bulk", "floor"):
+            core.create_namespace({"metadata": {"name": ns}})
+
+        port = free_port()
+        env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "DFLASH_LOG_LEVEL": "WARNING"}
+        if args.operator_src:
+            env["PYTHONPATH"] = str(Path(args.operator_src).resolve())
+        log = (workdir / "operator.log").open("wb")
+        operator = subprocess.Popen([sys.executable, "-m", "dflash_operator", "run", "--liveness",
+                                     f"http://127.0.0.1:{port}/healthz"], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        try:
+            poll(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 120, 0.2)
+            time.sleep(5)
+            rss_empty = rss_mib(operator.pid)
+
+            # Latency, one by one; floor: create -> readable by another request.
+            floor_ms, latency_ms = [], []
+            before = request_counts(plane)
+            for i in range(args.latency_count):
+                start = time.monotonic()
+                core.create_namespaced_config_map("lat", {"metadata": {"name": f"probe-{i}"}})
+                floor_ms.append(1000 * (poll(lambda i=i: exists(core.read_namespaced_config_map, f"probe-{i}", "lat"),
+                                             30) - start))
+                claim, job = cache_names(i, "lat")
+                start = time.monotonic()
+                custom.create_namespaced_custom_object(*API, "lat", "dflashdeployments", dfd_body(i))
+                latency_ms.append(1000 * (poll(lambda claim=claim, job=job: exists(
+                    batch.read_namespaced_job, job, "lat") and exists(
+                    core.read_namespaced_persistent_volume_claim, claim, "lat"), 60) - start))
+            # Let the first status of the last ones land, then count writes per creation.
+            time.sleep(3)
+            per_creation = delta(request_counts(plane), before)
+            writes = {k: v for k, v in per_creation.items() if k.split()[0] in ("POST", "PATCH", "PUT", "APPLY",
+                                                                              "CREATE", "UPDATE", "DELETE")}
+            writes.pop("POST dflashdeployments", None)  # the bench's own creates
+            writes_per_cr = {k: round(v / args.latency_count, 2) for k, v in writes.items()}
+
+            # Floor for bulk: a plain client creates the same children with the same concurrency.
+            start = time.monotonic()
+            with ThreadPoolExecutor(WORKERS) as pool:
+                list(pool.map(lambda obj: _create(client, obj),
+                              [o for i in range(args.count) for o in plain_children(i, "floor")]))
+            floor_bulk = time.monotonic() - start
+
+            # Bulk: N CRs at once -> all children and first status.
+            start = time.monotonic()
+            with ThreadPoolExecutor(WORKERS) as pool:
+                list(pool.map(lambda i: custom.create_namespaced_custom_object(
+                    *API, "bulk", "dflashdeployments", dfd_body(i)), range(args.count)))
+            applied = time.monotonic() - start
+
+            def all_done() -> bool:
+                items = custom.list_namespaced_custom_object(*API, "bulk", "dflashdeployments")["items"]
+                with_status = sum(1 for o in items if (o.get("status") or {}).get("cache"))
+                jobs = len(batch.list_namespaced_job("bulk").items)
+                claims = len(core.list_namespaced_persistent_volume_claim("bulk").items)
+                return with_status == jobs == claims == args.count
+
+            bulk = poll(all_done, args.timeout, 1.0) - start
+            rss_full = rss_mib(operator.pid)
+
+            # Idle: nothing changes; count every request the API server serves.
+            time.sleep(10)
+            before = request_counts(plane)
+            time.sleep(args.idle_seconds)
+            idle = delta(request_counts(plane), before)
+            rss_idle = rss_mib(operator.pid)
+            alive = operator.poll() is None
+        finally:
+            operator.terminate()
+            operator.wait(30)
+    return {
+        "count": args.count,
+        "operator_src": args.operator_src or str(REPO),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "versions": {"kubernetes": "v1.37.2", "kopf": _version("kopf"), "kubernetes_client": _version("kubernetes")},
+        "latency_ms": {"operator_p50": statistics.median(latency_ms), "operator_p99": percentile(latency_ms, 0.99),
+                       "floor_p50": statistics.median(floor_ms), "floor_p99": percentile(floor_ms, 0.99),
+                       "operator_raw": latency_ms, "floor_raw": floor_ms},
+        "writes_per_creation": writes_per_cr,
+        "bulk_seconds": {"operator": bulk, "floor": floor_bulk, "ratio": bulk / floor_bulk,
+                         "apply_seconds": applied},
+        "idle_requests": {"window_seconds": args.idle_seconds, "by_verb_resource": idle,
+                          "total": sum(idle.values())},
+        "rss_mib": {"empty": rss_empty, "full": rss_full, "after_idle": rss_idle},
+        "operator_alive": alive,
+        "workdir": str(workdir),
+    }
+
+
+def _create(client: kubernetes.client.ApiClient, obj: dict[str, Any]) -> None:
+    namespace = obj["metadata"]["namespace"]
+    if obj["kind"] == "Job":
+        kubernetes.client.BatchV1Api(client).create_namespaced_job(namespace, copy.deepcopy(obj))
+    else:
+        kubernetes.client.CoreV1Api(client).create_namespaced_persistent_volume_claim(namespace, copy.deepcopy(obj))
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+    return version(dist)
+
+
+def table(result: dict[str, Any]) -> str:
+    lat, bulk, rss = result["latency_ms"], result["bulk_seconds"], result["rss_mib"]
+    rows = [
+        ("CR -> children, p50 / p99 (ms)", f"{lat['operator_p50']:.0f} / {lat['operator_p99']:.0f}",
+         f"{lat['floor_p50']:.0f} / {lat['floor_p99']:.0f}"),
+        (f"{result['count']} CRs at once -> children + status (s)", f"{bulk['operator']:.1f}",
+         f"{bulk['floor']:.1f} (x{bulk['ratio']:.2f})"),
+        ("writes per CR creation", json.dumps(result["writes_per_creation"]), "children + 2 = 4"),
+        (f"requests in {result['idle_requests']['window_seconds']} s idle", str(result["idle_requests"]["total"]),
+         "0"),
+        ("operator RSS empty / full / idle (MiB)", f"{rss['empty']:.0f} / {rss['full']:.0f} / {rss['after_idle']:.0f}",
+         ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'measure':<{width}}  operator  |  floor"]
+    lines += [f"{name:<{width}}  {ours}  |  {floor}" for name, ours, floor in rows]
+    if result["idle_requests"]["by_verb_resource"]:
+        lines.append("idle requests: " + json.dumps(result["idle_requests"]["by_verb_resource"]))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=200, help="CRs applied at once")
+    parser.add_argument("--latency-count", type=int, default=50, help="CRs applied one by one for latency")
+    parser.add_argument("--idle-seconds", type=float, default=120)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds the bulk step may take")
+    parser.add_argument("--operator-src", help="run the operator package found in this directory instead")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    result = run(args)
+    out = args.out or REPO / "bench-results" / f"scale-{args.count}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(table(result))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
