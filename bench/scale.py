@@ -43,8 +43,10 @@ from dflash_testkit.controlplane import ControlPlane, build_binaries, default_cr
 REPO = Path(__file__).resolve().parents[1]
 API = ("serving.dflash.dev", "v1alpha1")
 WORKERS = 16
+# What the operator writes or reads. Pods and events are left out: with no node, the Job controller keeps
+# recreating the cache pods and the scheduler posts FailedScheduling events, neither of which is the operator's.
 OWN_RESOURCES = {"jobs", "persistentvolumeclaims", "deployments", "services", "poddisruptionbudgets",
-                 "dflashdeployments", "events", "pods"}
+                 "dflashdeployments"}
 
 
 def dfd_body(index: int) -> dict[str, Any]:
