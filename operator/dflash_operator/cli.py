@@ -80,12 +80,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check_pair(args: argparse.Namespace) -> int:
-    from dflash_operator.pairing import main_check_pair
+    from dflash_operator.pairing import report_pair
 
-    argv = [args.target_dir, args.draft_dir] + (["--json"] if args.json else [])
-    if args.num_speculative_tokens is not None:
-        argv += ["--num-speculative-tokens", str(args.num_speculative_tokens)]
-    return main_check_pair(argv)
+    return report_pair(Path(args.target_dir), Path(args.draft_dir), args.num_speculative_tokens, args.vllm_version,
+                       args.json)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("target_dir")
     check.add_argument("draft_dir")
     check.add_argument("--num-speculative-tokens", type=int, default=None)
+    check.add_argument("--vllm-version", default=None,
+                       help="the serving vLLM's version, for the rules that depend on it (e.g. 0.23.0)")
     check.add_argument("--json", action="store_true", help="print the problems as JSON")
     check.set_defaults(handler=_check_pair)
 

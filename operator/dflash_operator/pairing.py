@@ -493,15 +493,20 @@ def main_check_pair(argv: Sequence[str] | None = None) -> int:
                         help="the serving vLLM's version, for the rules that depend on it (e.g. 0.23.0)")
     parser.add_argument("--json", action="store_true", help="print {compatible, problems, ...} as one JSON object")
     args = parser.parse_args(argv)
+    return report_pair(args.target_dir, args.draft_dir, args.num_speculative_tokens, args.vllm_version, args.json)
+
+
+def report_pair(target_dir: Path, draft_dir: Path, num_speculative_tokens: int | None = None,
+                vllm_version: str | None = None, as_json: bool = False) -> int:
+    """Checks the pair and prints the verdict (plain lines or one JSON object): 0 compatible, 1 not, 2 unreadable."""
     try:
-        problems = check_pair(args.target_dir, args.draft_dir, args.num_speculative_tokens,
-                              vllm_version=args.vllm_version)
-        layout = draft_layout(read_config(args.draft_dir)).name
+        problems = check_pair(target_dir, draft_dir, num_speculative_tokens, vllm_version=vllm_version)
+        layout = draft_layout(read_config(draft_dir)).name
     except (PairInputError, OSError) as error:
         print(f"cannot check pair: {error}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(verdict(problems, checked_by="operator", vllm_version=args.vllm_version,
+    if as_json:
+        print(json.dumps(verdict(problems, checked_by="operator", vllm_version=vllm_version,
                                  draft_layout=layout)))
     else:
         for problem in problems:
