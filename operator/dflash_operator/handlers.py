@@ -139,6 +139,7 @@ def index_dfd(body: kopf.Body, namespace: str | None, name: str | None, **_: Any
 def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     if type == "DELETED":
         memo.ledger.forget_owner(body.metadata.uid or "")
+        memo.locks.pop(body.metadata.uid, None)  # one lock per live DFlashDeployment, not per one ever seen
         return
     _run(memo, body, _observed(memo, kwargs))
 

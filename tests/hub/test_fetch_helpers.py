@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from dflash_operator.cache_result import CacheResult, problem_dicts
 from dflash_operator.fetch import (
     FetchError,
     RemoteFile,
@@ -23,10 +22,7 @@ from dflash_operator.fetch import (
     write_atomic,
 )
 from dflash_operator.pairing import Problem
-
-
-def _message(*, problems: list, **fields: object) -> str:
-    return CacheResult(problems=problem_dicts(problems), **fields).to_message()  # type: ignore[arg-type]
+from dflash_testkit.cachejob import termination_message
 
 
 def test_etags_name_their_algorithm() -> None:
@@ -81,12 +77,12 @@ def test_progress_line() -> None:
 
 def test_termination_message_stays_under_4k() -> None:
     many = [Problem("TargetLayerIdOutOfRange", "x" * 500) for _ in range(50)]
-    text = _message(ok=False, target_commit="a" * 40, draft_commit="b" * 40, problems=many,
+    text = termination_message(ok=False, target_commit="a" * 40, draft_commit="b" * 40, problems=many,
                                error="e" * 5000)
     assert len(text.encode()) < 4096
     data = json.loads(text)
     assert data["problems"] and data["error"].endswith("...") and data["targetCommit"] == "a" * 40
-    small = json.loads(_message(ok=True, target_commit="t", draft_commit="d", problems=[], error=None))
+    small = json.loads(termination_message(ok=True, target_commit="t", draft_commit="d", problems=[], error=None))
     assert small == {"ok": True, "targetCommit": "t", "draftCommit": "d", "draftBlockSize": None, "problems": [],
                      "error": None}
 

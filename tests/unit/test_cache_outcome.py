@@ -11,12 +11,8 @@ from dflash_operator.cache_outcome import (
     cache_outcome,
     parse_progress_line,
 )
-from dflash_operator.cache_result import CacheResult, problem_dicts
 from dflash_operator.pairing import Problem
-
-
-def _message(*, problems: list, **fields: object) -> str:
-    return CacheResult(problems=problem_dicts(problems), **fields).to_message()  # type: ignore[arg-type]
+from dflash_testkit.cachejob import termination_message
 
 
 def job(condition: str | None = None) -> dict:
@@ -30,7 +26,7 @@ def pod(message: str, created: str = "2026-01-01T00:00:00Z") -> dict:
 
 
 def test_complete_job_yields_the_commits_the_program_resolved() -> None:
-    message = _message(ok=True, target_commit="a" * 40, draft_commit="b" * 40, problems=[], error=None)
+    message = termination_message(ok=True, target_commit="a" * 40, draft_commit="b" * 40, problems=[], error=None)
     outcome = cache_outcome(job("Complete"), [pod(message)])
     assert (outcome.phase, outcome.target_commit, outcome.draft_commit, outcome.problems) == (
         COMPLETE, "a" * 40, "b" * 40, [])
@@ -38,7 +34,7 @@ def test_complete_job_yields_the_commits_the_program_resolved() -> None:
 
 def test_incompatible_verdict_is_complete_with_problems_even_though_the_job_failed() -> None:
     problem = Problem("HiddenSizeMismatch", "target hidden_size 128 != draft 256")
-    message = _message(ok=False, target_commit="a" * 40, draft_commit="b" * 40,
+    message = termination_message(ok=False, target_commit="a" * 40, draft_commit="b" * 40,
                                   problems=[problem], error=None)
     outcome = cache_outcome(job("Failed"), [pod(message)])
     assert outcome.phase == COMPLETE
@@ -46,7 +42,7 @@ def test_incompatible_verdict_is_complete_with_problems_even_though_the_job_fail
 
 
 def test_failed_download_reports_the_programs_error() -> None:
-    message = _message(ok=False, target_commit=None, draft_commit=None, problems=[],
+    message = termination_message(ok=False, target_commit=None, draft_commit=None, problems=[],
                                   error="revision 'nope' of org/x not found on the hub")
     assert cache_outcome(job("Failed"), [pod(message)]).message == "revision 'nope' of org/x not found on the hub"
     assert cache_outcome(job("Failed"), [pod(message)]).phase == FAILED
@@ -65,7 +61,7 @@ def test_progress_line_becomes_status_figures() -> None:
 
 
 def test_draft_block_size_travels_with_the_verdict() -> None:
-    message = _message(ok=True, target_commit="a" * 40, draft_commit="b" * 40, problems=[], error=None,
+    message = termination_message(ok=True, target_commit="a" * 40, draft_commit="b" * 40, problems=[], error=None,
                                   draft_block_size=16)
     assert cache_outcome(job("Complete"), [pod(message)]).draft_block_size == 16
     legacy = json.dumps({"ok": True, "targetCommit": "a", "draftCommit": "b", "problems": []})

@@ -8,12 +8,17 @@ import datetime
 
 import kubernetes
 
-from dflash_operator.cache_result import CacheResult
+from dflash_operator.cache_result import CacheResult, problem_dicts
 from dflash_testkit.waiting import wait_for
 
 CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
 TARGET_COMMIT = "1" * 40
 DRAFT_COMMIT = "2" * 40
+
+
+def termination_message(*, problems: list, **fields: object) -> str:
+    """The termination message the program leaves for `problems` (pairing Problem objects) and other fields."""
+    return CacheResult(problems=problem_dicts(problems), **fields).to_message()  # type: ignore[arg-type]
 
 
 def fetch_result(problems: list[dict] | None = None, error: str | None = None,
