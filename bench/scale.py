@@ -61,7 +61,7 @@ def cache_names(index: int, namespace: str) -> tuple[str, str]:
     body = dfd_body(index)
     body["metadata"].update(namespace=namespace, uid="x")
     dfd = DFlashDeployment.model_validate(body)
-    return cache_name(dfd), cache_job_name(dfd)
+    return cache_name(dfd), cache_job_name(dfd, CacheConfig())
 
 
 def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:

@@ -1,61 +1,117 @@
-"""The main job on its embedded default: a real control plane, the operator, and examples/qwen3-coder-next.yaml.
+"""The main job: the whole product on this machine, from `kubectl apply` to a speculative completion.
 
-Shows what a user sees: the CRD admitted, the paired cache PVC and download Job created first, no GPU pod before the
-pair is cached and checked, and the status conditions explaining why. (The download itself needs a hub and a
-container runtime, neither of which exists on this machine; the test tiers cover it against a local hub.)
+A real control plane and one real node (containerd + kubelet, no GPU), a hub mirror with tiny models made here, and
+the operator configured as the chart configures it. Then, as a user: apply a DFlashDeployment, watch the cache Job
+download and check the pair, watch the vLLM pod start and pass its speculative probe, read the acceptance rate from
+status, and send a completion through `kubectl port-forward`. Everything stops and the machine is put back at the end.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
-from dflash_testkit.controlplane import (
-    ControlPlane,
-    build_binaries,
-    default_crds,
-    free_port,
-    http_ok,
-)
+from dflash_testkit.controlplane import free_port
+from dflash_testkit.flow import TARGET, Stack, conditions, dfd, real_stack, stopped_reason
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "qwen3-coder-next.yaml"
+NAME = "tiny"
+TIMEOUT = 900
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def say(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+def where_logs_are(stack: Stack) -> str:
+    return (f"logs: {stack.plane.workdir / 'logs'} (operator.log, kubelet.log, ...); "
+            f"kubectl --kubeconfig {stack.plane.kubeconfig} logs deploy/{NAME}")
+
+
+def wait_serving(stack: Stack) -> str | None:
+    """Progress lines until the DFlashDeployment is Ready; returns a one-line reason if it stops short."""
+    deadline, last = time.monotonic() + TIMEOUT, ""
+    while time.monotonic() < deadline:
+        obj = json.loads(stack.kubectl("get", "dfd", NAME, "-o", "json").stdout)
+        found = conditions(obj)
+        if found.get("Ready", {}).get("status") == "True":
+            return None
+        reason = stopped_reason(obj)
+        if reason:
+            return reason
+        ready = found.get("Ready", {})
+        cache = (obj.get("status") or {}).get("cache") or {}
+        line = (f"Ready={ready.get('status')} ({ready.get('reason')}): {ready.get('message')}; "
+                f"cache {cache.get('phase')}")
+        if line != last:
+            say(line)
+            last = line
+        time.sleep(2)
+    return f"not Ready after {TIMEOUT} s"
+
+
+def complete(stack: Stack) -> dict:
+    port = free_port()
+    forward = subprocess.Popen([stack.plane.binary("kubectl"), f"--kubeconfig={stack.plane.kubeconfig}",
+                                "port-forward", f"svc/{NAME}", f"{port}:8000", "--address=127.0.0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    body = {"model": TARGET, "prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with DIRECT.open(request, timeout=60) as answer:
+                    return json.load(answer)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+    finally:
+        forward.terminate()
+        forward.wait(10)
 
 
 def main() -> int:
+    started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="dflash-demo-"))
-    with ControlPlane(workdir=workdir, bin_dir=build_binaries(), crd_files=default_crds()) as plane:
-        print(f"control plane up in {plane.start_seconds:.1f} s at {plane.server} (kubeconfig {plane.kubeconfig})")
-        print(plane.kubectl("get", "nodes", "-L", "nvidia.com/gpu.product,nvidia.com/gpu.count").stdout)
-        port = free_port()
-        log = (workdir / "logs" / "operator.log").open("wb")
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "dflash_operator", "run", "--liveness", f"http://127.0.0.1:{port}/healthz"],
-            env={**os.environ, "KUBECONFIG": str(plane.kubeconfig), "DFLASH_RESYNC_SECONDS": "2",
-                 "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8"},
-            stdout=log, stderr=subprocess.STDOUT)
+    with real_stack(workdir, progress=say) as stack:
+        manifest = workdir / f"{NAME}.yaml"
+        manifest.write_text(json.dumps(dfd(NAME, stack.vllm_image), indent=2))
+        say(f"$ kubectl apply -f {manifest}")
+        print(stack.kubectl("apply", "-f", str(manifest)).stdout, end="")
+        applied = time.monotonic()
+        reason = wait_serving(stack)
+        if reason:
+            say(f"FAILED: {reason}")
+            say(where_logs_are(stack))
+            return 1
+        serving = time.monotonic() - applied
+        say(f"$ kubectl get dfd   (Ready {serving:.0f} s after apply)")
+        print(stack.kubectl("get", "dfd", "-o", "wide").stdout, end="")
+        print(stack.kubectl("get", "pvc,jobs,pods", "-o", "wide").stdout, end="")
+        obj = json.loads(stack.kubectl("get", "dfd", NAME, "-o", "json").stdout)
+        figures = obj["status"].get("speculation") or {}
+        say(f"speculation: acceptance rate {figures.get('acceptanceRate')}, mean accepted length "
+            f"{figures.get('meanAcceptedLength')} ({figures.get('acceptedTokens')} of {figures.get('draftTokens')} "
+            "draft tokens, from the pod's /metrics)")
+        say(f"$ kubectl port-forward svc/{NAME} and POST /v1/completions")
         try:
-            deadline = time.monotonic() + 60
-            while not http_ok(f"http://127.0.0.1:{port}/healthz"):
-                if operator.poll() is not None or time.monotonic() > deadline:
-                    print((workdir / "logs" / "operator.log").read_text()[-3000:], file=sys.stderr)
-                    return 1
-                time.sleep(0.5)
-            print(f"$ kubectl apply -f {EXAMPLE.relative_to(REPO)}")
-            print(plane.kubectl("apply", "-f", str(EXAMPLE)).stdout)
-            time.sleep(6)
-            for args in (["get", "dfd", "-o", "wide"], ["get", "pvc,jobs,deployments,pods"],
-                         ["get", "dfd", "coder", "-o",
-                          "jsonpath={range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{'\\n'}{end}"]):
-                print(f"$ kubectl {' '.join(args)}")
-                print(plane.kubectl(*args).stdout)
-        finally:
-            operator.terminate()
-            operator.wait(20)
+            answer = complete(stack)
+        except OSError as error:
+            say(f"FAILED: no completion through port-forward: {error}")
+            say(where_logs_are(stack))
+            return 1
+        say(f"completion: {answer['choices'][0]['text']!r} ({answer['usage']['completion_tokens']} tokens)")
+        say(f"timings: {json.dumps(stack.timings)}, apply -> Ready {serving:.0f} s")
+        say("stopping everything and putting the machine back ...")
+    say(f"done in {time.monotonic() - started:.0f} s")
     return 0
 
 

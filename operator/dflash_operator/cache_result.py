@@ -14,6 +14,11 @@ from typing import Any
 EXIT_OK, EXIT_ERROR = 0, 1
 # "Cached, but the pair is incompatible": a verdict, so the Job's podFailurePolicy fails it without retries.
 INCOMPATIBLE_EXIT_CODE = 3
+# "The hub has no such repository or revision (or this token cannot see it)": the same request gets the same answer,
+# so the Job fails at once instead of retrying with back-off for minutes. A new revision in the spec is a new Job.
+NOT_FOUND_EXIT_CODE = 4
+# Exit codes that are answers, not accidents: the Job's podFailurePolicy fails the Job on them without retrying.
+VERDICT_EXIT_CODES = (INCOMPATIBLE_EXIT_CODE, NOT_FOUND_EXIT_CODE)
 TERMINATION_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 
 

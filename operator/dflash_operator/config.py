@@ -6,9 +6,11 @@ Every setting is documented in the chart's values.yaml, which sets the environme
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dflash_operator.api.models import HUB_ENDPOINT_PATTERN
 from dflash_operator.render import RenderConfig
 from dflash_operator.render_cache import CacheConfig
 
@@ -61,12 +63,15 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
         networks = parse_networks(environ.get("DFLASH_METRICS_ALLOWED_NETWORKS", ""))
     except ValueError as error:
         raise ConfigError(f"DFLASH_METRICS_ALLOWED_NETWORKS: {error}") from None
+    hub = environ.get("DFLASH_HUB_ENDPOINT") or None
+    if hub is not None and not re.fullmatch(HUB_ENDPOINT_PATTERN, hub):
+        raise ConfigError(f"DFLASH_HUB_ENDPOINT={hub!r} is not an http(s) URL without query or credentials")
     resync = _number(environ, "DFLASH_RESYNC_SECONDS", 30.0)
     if resync == 0:
         raise ConfigError("DFLASH_RESYNC_SECONDS must be positive")
     defaults = OperatorConfig()
     return OperatorConfig(
-        cache=CacheConfig(image=environ.get("DFLASH_OPERATOR_IMAGE") or CacheConfig().image),
+        cache=CacheConfig(image=environ.get("DFLASH_OPERATOR_IMAGE") or CacheConfig().image, hub_endpoint=hub),
         resync_seconds=resync,
         metrics_timeout_seconds=_number(environ, "DFLASH_METRICS_TIMEOUT_SECONDS", 2.0),
         metrics_allowed_networks=networks,

@@ -32,7 +32,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dflash_operator.cache_result import EXIT_ERROR, EXIT_OK, INCOMPATIBLE_EXIT_CODE, CacheResult, problem_dicts
+from dflash_operator.cache_result import (
+    EXIT_ERROR,
+    EXIT_OK,
+    INCOMPATIBLE_EXIT_CODE,
+    NOT_FOUND_EXIT_CODE,
+    CacheResult,
+    problem_dicts,
+)
 from dflash_operator.pairing import PairInputError, Problem, check_pair, draft_block_size, read_config
 
 ROLES = ("target", "draft")
@@ -45,6 +52,10 @@ COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 class FetchError(Exception):
     """A one-line reason the cache could not be made; becomes the termination message's `error`."""
+
+
+class NotFoundError(FetchError):
+    """The hub answered that the repository or revision does not exist for us: retrying cannot change that."""
 
 
 class _Retryable(Exception):
@@ -258,13 +269,14 @@ class Hub:
         try:
             info = self.api.model_info(ref.repo, revision=ref.revision, token=self.token)
         except RevisionNotFoundError:
-            raise FetchError(f"revision {ref.revision!r} of {ref.repo} not found on the hub") from None
+            raise NotFoundError(f"revision {ref.revision!r} of {ref.repo} not found on the hub") from None
         except RepositoryNotFoundError:
             # A missing revision can look like a missing repo (olah answers 401 RepoNotFound for both):
             # if the default branch exists, it is the revision that is missing.
             if ref.revision != "main" and self._exists(ref.repo):
-                raise FetchError(f"revision {ref.revision!r} of {ref.repo} not found on the hub") from None
-            raise FetchError(f"repository {ref.repo} not found on the hub (or not visible with this token)") from None
+                raise NotFoundError(f"revision {ref.revision!r} of {ref.repo} not found on the hub") from None
+            hidden = f"repository {ref.repo} not found on the hub (or not visible with this token)"
+            raise NotFoundError(hidden) from None
         except HfHubHTTPError as error:
             raise FetchError(f"hub error resolving {ref}: {_first_line(error)}") from None
         except _transport_errors() as error:
@@ -656,6 +668,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commits: dict[str, str | None] = dict.fromkeys(ROLES)
     try:
         outcome = run(args, emit, commits)
+    except NotFoundError as error:
+        outcome = Outcome(NOT_FOUND_EXIT_CODE, commits, [], redact(str(error)))
     except FetchError as error:
         outcome = Outcome(EXIT_ERROR, commits, [], redact(str(error)))
     except Exception as error:  # noqa: BLE001 - the Job must always leave a reason behind

@@ -4,7 +4,7 @@ Indexes (dflash_operator.observed) keep slim copies of the children, their pods 
 pass reads nothing from the API server. Plain event handlers rather than kopf's create/update handlers: those
 persist progress on the object (an annotation and a status field per change), which is write traffic a
 level-based reconcile does not need. Failed passes are retried here, with a delay, from the latest indexed body.
-One resync thread does only what no watch can tell: progress lines of running downloads and /metrics of ready
+One resync thread does only what no watch can tell: progress lines of running downloads and /metrics of running
 pods. It is not a kopf timer: kopf puts a finalizer on every object that has a timer or daemon, which costs a write
 per object and leaves DFlashDeployments stuck behind it once the operator is uninstalled.
 
@@ -14,10 +14,11 @@ per object and leaves DFlashDeployments stuck behind it once the operator is uni
 from __future__ import annotations
 
 import collections
+import contextvars
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -59,7 +60,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.retries_lock = threading.Lock()
     # kopf hands each object a shallow copy of the memo: state every handler shares lives in mutable objects.
     # The live indexes are handed over by the first handler call (kopf passes indexes to handlers only).
-    memo.shared = {"observed": None}
+    memo.shared = {"observed": None, "context": None}
     memo.locks = collections.defaultdict(threading.Lock)  # one reconcile at a time per DFlashDeployment
     config: OperatorConfig = memo.config
     metrics.serve(config.metrics_port, config.metrics_address)
@@ -70,7 +71,18 @@ def _observed(memo: kopf.Memo, kwargs: Mapping[str, Any]) -> Observed:
     observed = Observed.from_kwargs(kwargs)
     if memo.shared["observed"] is None:
         memo.shared["observed"] = observed
+        # kopf.event finds its settings and event queue in context variables, which kopf sets for handlers only;
+        # the resync and retry threads run their passes in a copy of a handler's context, or their events fail.
+        memo.shared["context"] = contextvars.copy_context()
     return observed
+
+
+def _in_handler_context(memo: kopf.Memo, fn: Callable[..., None], *args: Any) -> None:
+    context: contextvars.Context | None = memo.shared["context"]
+    if context is None:
+        fn(*args)
+    else:
+        context.copy().run(fn, *args)   # a copy each time: one Context cannot be entered by two threads at once
 
 
 def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: bool = False) -> None:
@@ -112,7 +124,7 @@ def _retry_later(memo: kopf.Memo, namespace: str, name: str, observed: Observed,
             memo.retries.discard(key)
         body = observed.dfd(namespace, name)
         if body is not None:
-            _run(memo, body, observed)
+            _in_handler_context(memo, _run, memo, body, observed)
 
     timer = threading.Timer(delay, again)
     timer.daemon = True
@@ -166,11 +178,11 @@ def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None
     figures of ready serving pods. A DFlashDeployment with neither costs nothing here."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    if observed.ready_pod_ips(namespace, name):
+    if observed.running_pod_ips(namespace, name):
         _run(memo, body, observed, measure=True)
         return
     try:
-        job = cache_job_name(DFlashDeployment.model_validate(dict(body)))
+        job = cache_job_name(DFlashDeployment.model_validate(dict(body)), memo.config.cache)
     except ValueError:
         return  # an invalid spec has no cache; its Stalled status came from the event handler
     if any(p["status"]["phase"] == "Running" for p in observed.job_pods(namespace, job)):
@@ -187,7 +199,7 @@ def _resync_forever(memo: kopf.Memo, interval: float) -> None:
             body = observed.dfd(namespace, name)
             if body is not None:
                 try:
-                    resync(memo, observed, body)
+                    _in_handler_context(memo, resync, memo, observed, body)
                 except Exception:  # noqa: BLE001 - one object's failure must not end the loop
                     log.exception("resync of %s/%s failed", namespace, name)
 

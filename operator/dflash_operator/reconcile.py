@@ -61,7 +61,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     """Brings the children in line with the spec and writes status if anything changed.
 
     The serving objects exist only once both models are cached, verified and compatible, so no GPU pod is ever
-    created for a pair that cannot work. `measure` also reads the ready pods' /metrics (the speculation timer);
+    created for a pair that cannot work. `measure` also reads the running pods' /metrics (the speculation timer);
     otherwise the last measurement stays."""
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation", 0)
@@ -75,7 +75,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         _stall(kube, ledger, body, problems[0].reason, "; ".join(p.message for p in problems), emit)
         return
 
-    outcome = _cache_outcome(kube, observed, namespace, cache_job_name(dfd))
+    outcome = _cache_outcome(kube, observed, namespace, cache_job_name(dfd, config.cache))
     gate = _cache_gate(outcome, dfd.spec.num_speculative_tokens)
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
@@ -189,15 +189,15 @@ def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashD
 
 def _measure(observed: Observed, namespace: str, name: str, config: OperatorConfig
              ) -> tuple[speculation.SpecCounters | None, int]:
-    """Sums the counters of every ready pod since its start; returns them and how many pods answered."""
+    """Sums the counters of every running pod since its start; returns them and how many pods answered."""
     total: speculation.SpecCounters | None = None
     pods = 0
-    for ip in observed.ready_pod_ips(namespace, name):
+    for ip in observed.running_pod_ips(namespace, name):
         try:
             url = speculation.metrics_url(ip, SERVING_PORT, config.metrics_allowed_networks)
             counters = speculation.read_pod_counters(url, config.metrics_timeout_seconds)
         except (OSError, ValueError) as error:
-            log.info("no metrics from pod %s of %s/%s: %s", ip, namespace, name, error)
+            log.debug("no metrics from pod %s of %s/%s: %s", ip, namespace, name, error)
             continue
         if counters is not None:
             total = counters if total is None else total + counters

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflash_operator.api import GROUP, DFlashDeployment
-from dflash_operator.cache_result import INCOMPATIBLE_EXIT_CODE
+from dflash_operator.cache_result import VERDICT_EXIT_CODES
 from dflash_operator.ownership import MANAGED_BY, MANAGED_BY_LABEL, owner_reference
 
 CACHE_MOUNT = "/cache"
@@ -24,6 +24,13 @@ class CacheConfig:
 
     image: str = "ghcr.io/dflash-dev/dflash-operator:0.1.0"
     backoff_limit: int = 6
+    # The hub (or hub mirror) to download from when the spec names none; None: huggingface_hub's default.
+    hub_endpoint: str | None = None
+
+
+def hub_endpoint(dfd: DFlashDeployment, config: CacheConfig) -> str | None:
+    """The spec's hub wins over the operator's: one team may use a mirror the rest of the cluster does not."""
+    return dfd.spec.hub_endpoint or config.hub_endpoint
 
 
 def pair_key(dfd: DFlashDeployment) -> str:
@@ -36,13 +43,17 @@ def cache_name(dfd: DFlashDeployment) -> str:
     return f"dflash-cache-{pair_key(dfd)}"
 
 
-def cache_job_name(dfd: DFlashDeployment) -> str:
-    """The download Job's name. Sharers with different hub-token Secrets need different Jobs (a Job's pod template
-    is immutable), writing to the same claim; the program's lock file keeps them from overlapping."""
-    ref = dfd.spec.hub_token_secret_ref
-    if ref is None:
+def cache_job_name(dfd: DFlashDeployment, config: CacheConfig) -> str:
+    """The download Job's name. Sharers with different hub-token Secrets or hubs need different Jobs (a Job's pod
+    template is immutable), writing to the same claim; the program's lock file keeps them from overlapping."""
+    ref, hub = dfd.spec.hub_token_secret_ref, hub_endpoint(dfd, config)
+    if ref is None and hub is None:
         return cache_name(dfd)
-    return f"{cache_name(dfd)}-{hashlib.sha256(f'{ref.name}/{ref.key}'.encode()).hexdigest()[:6]}"
+    # Without a hub the suffix is the one the token alone gave before hubs were configurable.
+    variant = f"{ref.name}/{ref.key}" if ref is not None else ""
+    if hub is not None:
+        variant += f"@{hub}"
+    return f"{cache_name(dfd)}-{hashlib.sha256(variant.encode()).hexdigest()[:6]}"
 
 
 def cache_labels(dfd: DFlashDeployment) -> dict[str, str]:
@@ -87,6 +98,9 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
         {"name": "HF_HOME", "value": "/tmp/hf"},
         {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
     ]
+    hub = hub_endpoint(dfd, config)
+    if hub is not None:
+        env.append({"name": "HF_ENDPOINT", "value": hub})
     if spec.hub_token_secret_ref is not None:
         # The only place the token reaches: this Job's environment, by reference to the user's Secret.
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
@@ -94,7 +108,8 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
     container = {
         "name": "fetch",
         "image": config.image,
-        "command": ["python", "-m", "dflash_operator.fetch"],
+        # python3, not python: every Python image has python3; Debian's own python3 has no `python` beside it.
+        "command": ["python3", "-m", "dflash_operator.fetch"],
         "args": [
             "--target", f"{spec.target.repo}@{spec.target.revision}",
             "--draft", f"{spec.draft.repo}@{spec.draft.revision}",
@@ -114,7 +129,7 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": cache_job_name(dfd),
+            "name": cache_job_name(dfd, config),
             "namespace": dfd.metadata["namespace"],
             "labels": cache_labels(dfd),
             "annotations": _annotations(dfd),
@@ -124,9 +139,10 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
         "spec": {
             # Retries resume where the last attempt stopped; the manifest makes a finished cache a quick no-op.
             "backoffLimit": config.backoff_limit,
-            # Exit 3 is the program's verdict "cached, but the pair is incompatible": retrying cannot change it.
+            # Exits 3 and 4 are the program's verdicts ("cached, but the pair is incompatible", "no such repository
+            # or revision"): retrying cannot change them.
             "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                "containerName": "fetch", "operator": "In", "values": [INCOMPATIBLE_EXIT_CODE]}}]},
+                "containerName": "fetch", "operator": "In", "values": list(VERDICT_EXIT_CODES)}}]},
             "template": {
                 "metadata": {"labels": cache_labels(dfd)},
                 "spec": {

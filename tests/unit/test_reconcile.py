@@ -18,14 +18,14 @@ from dflash_operator.observed import Observed
 from dflash_operator.ownership import FIELD_MANAGER, cache_field_manager
 from dflash_operator.reconcile import reconcile as reconcile_with
 from dflash_operator.render import CacheFacts
-from dflash_operator.render_cache import cache_job_name, cache_name
+from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name
 from dflash_testkit.indexes import observed
 
 BODY = yaml.safe_load((Path(__file__).parent / "golden" / "minimal.input.yaml").read_text())
 BODY["metadata"]["generation"] = 3
 UID = BODY["metadata"]["uid"]
 DFD = DFlashDeployment.model_validate(BODY)
-JOB = cache_job_name(DFD)
+JOB = cache_job_name(DFD, CacheConfig())
 NS = BODY["metadata"]["namespace"]
 
 

@@ -163,8 +163,26 @@ def test_sharers_with_different_token_secrets_get_their_own_job_on_the_same_clai
 
     plain, gated = load("minimal"), _with("minimal", hubTokenSecretRef={"name": "hub"})
     other = _with("minimal", hubTokenSecretRef={"name": "other-hub"})
-    assert cache_job_name(plain) == cache_name(plain)
-    assert len({cache_job_name(plain), cache_job_name(gated), cache_job_name(other)}) == 3
+    names = [cache_job_name(dfd, CacheConfig()) for dfd in (plain, gated, other)]
+    assert names[0] == cache_name(plain) and len(set(names)) == 3
     for dfd in (plain, gated, other):
         volumes = render_cache_job(dfd, CacheConfig())["spec"]["template"]["spec"]["volumes"]
         assert volumes[0]["persistentVolumeClaim"]["claimName"] == cache_name(plain)
+
+
+def test_hub_endpoint_from_the_spec_wins_over_the_operators_and_names_its_own_job() -> None:
+    from dflash_operator.render_cache import cache_job_name, render_cache_job
+
+    def hub_env(dfd, config: CacheConfig) -> list[str]:
+        env = render_cache_job(dfd, config)["spec"]["template"]["spec"]["containers"][0]["env"]
+        return [e["value"] for e in env if e["name"] == "HF_ENDPOINT"]
+
+    plain, mirrored = load("minimal"), _with("minimal", hubEndpoint="https://hub.example.internal/hf")
+    operator_mirror = CacheConfig(hub_endpoint="http://mirror.example.internal:8080")
+    assert hub_env(plain, CacheConfig()) == []        # huggingface_hub's own default
+    assert hub_env(plain, operator_mirror) == ["http://mirror.example.internal:8080"]
+    assert hub_env(mirrored, operator_mirror) == ["https://hub.example.internal/hf"]
+    # A Job's pod template is immutable: each hub gets its own Job, all on the one claim of the pair.
+    names = {cache_job_name(plain, CacheConfig()), cache_job_name(plain, operator_mirror),
+             cache_job_name(mirrored, operator_mirror)}
+    assert len(names) == 3 and all(n.startswith(cache_name(plain)) for n in names)

@@ -45,6 +45,10 @@ def immutable(what: str) -> dict[str, Any]:
     return cel("self == oldSelf", f"{what} is immutable: create a new DFlashDeployment to change it")
 
 
+# http(s)://host[:port][/path], no query, fragment, credentials or spaces: the hub client appends its own paths.
+HUB_ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$"
+
+
 class ApiModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -181,6 +185,11 @@ class DFlashDeploymentSpec(ApiModel):
                     "tensorParallelSize and may not be given here.",
         json_schema_extra={"type": "object", "x-kubernetes-preserve-unknown-fields": True},
     )] = None
+    hub_endpoint: Annotated[str | None, Field(
+        description="Base URL of the hub the cache job downloads from, e.g. a company's hub mirror "
+                    "(HF_ENDPOINT). Default: the operator's setting (chart value hub.endpoint), else huggingface.co.",
+        pattern=HUB_ENDPOINT_PATTERN, max_length=2048,
+    )] = None
     hub_token_secret_ref: Annotated[SecretKeyRef | None, Field(
         description="Secret with a Hugging Face token, for gated or private models. Read only by the cache job.",
     )] = None
@@ -218,9 +227,10 @@ class SpeculationStatus(ApiModel):
     acceptance_rate: Annotated[float | None, Field(description="Accepted / proposed draft tokens.")] = None
     mean_accepted_length: Annotated[float | None, Field(
         description="Tokens produced per target step: 1 + accepted / drafts.")] = None
-    draft_tokens: Annotated[int | None, Field(description="Draft tokens proposed, summed over ready pods.")] = None
-    accepted_tokens: Annotated[int | None, Field(description="Draft tokens accepted, summed over ready pods.")] = None
-    pods_measured: Annotated[int | None, Field(description="Ready pods whose metrics were read.")] = None
+    draft_tokens: Annotated[int | None, Field(description="Draft tokens proposed, summed over running pods.")] = None
+    accepted_tokens: Annotated[int | None, Field(description="Draft tokens accepted, summed over running pods.")] = None
+    pods_measured: Annotated[int | None, Field(
+        description="Running pods (ready or not) whose metrics were read.")] = None
 
 
 class ModelProgress(ApiModel):

@@ -402,11 +402,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where state, kubeconfig and logs go (default: a temp folder)")
     parser.add_argument("--real-node", action="store_true",
                         help="also start a real node (containerd + kubelet, root only; see dflash_testkit.node)")
+    parser.add_argument("--gpu-nodes", type=int, default=4, help="fake (kwok) 8-GPU nodes to create (default 4)")
     args = parser.parse_args(list(argv) if argv is not None else None)
 
     bin_dir = build_binaries()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dflash-cp-"))
-    plane = ControlPlane(workdir=workdir, bin_dir=bin_dir, crd_files=default_crds(), real_node=args.real_node)
+    plane = ControlPlane(workdir=workdir, bin_dir=bin_dir, crd_files=default_crds(), real_node=args.real_node,
+                         gpu_nodes=args.gpu_nodes)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with plane:
         print(f"control plane up in {plane.start_seconds:.1f} s: {plane.server}")
