@@ -62,31 +62,6 @@ def test_cache_comes_first_and_gates_the_gpu_pods(control_plane: ControlPlane, a
         "a serving pod scheduled with the bound cache claim")
 
 
-@pytest.mark.parametrize("problem", [
-    {"code": "HiddenSizeMismatch", "message": "target hidden_size 128 != draft target_hidden_size 256"},
-    {"code": "VocabSizeMismatch", "message": "target vocab_size 1024 != draft vocab_size 2048"},
-    {"code": "TargetLayerOutOfRange",
-     "message": "draft target_layer_ids [1, 9]: 9 is not a layer of the 4-layer target"},
-])
-def test_incompatible_pair_gets_no_gpu_pod(control_plane: ControlPlane, api_client, operator, namespace: str,
-                                           problem: dict) -> None:
-    apply(control_plane, namespace, dfd("mismatch"))
-    finish_cache_job(api_client, namespace, fetch_result(problems=[problem]), exit_code=3)
-    stalled = wait_for(lambda: condition_is(api_client, namespace, "mismatch", "ModelsCompatible", "False"),
-                       "ModelsCompatible=False")
-    assert condition(stalled, "ModelsCompatible")["reason"] == "IncompatiblePair"
-    assert problem["message"] in condition(stalled, "ModelsCompatible")["message"]
-    assert condition(stalled, "Stalled")["status"] == "True"
-    assert deployment(api_client, namespace, "mismatch") is None
-    job = cache_job(api_client, namespace)
-    assert any(c.type == "Failed" and c.status == "True" for c in job.status.conditions or []), \
-        "exit 3 must fail the Job at once (podFailurePolicy), not retry a verdict"
-    assert job.status.failed == 1
-    core = kubernetes.client.CoreV1Api(api_client)
-    wait_for(lambda: any(e.reason == "IncompatiblePair" and e.type == "Warning" for e in core.list_namespaced_event(
-        namespace, field_selector="involvedObject.name=mismatch").items), "the IncompatiblePair warning event")
-
-
 def test_failed_download_is_reported_while_the_job_retries(control_plane: ControlPlane, api_client, operator,
                                                            namespace: str) -> None:
     apply(control_plane, namespace, dfd("norev", draft={"repo": "z-lab/x", "revision": "nope"}))

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kubernetes
 import pytest
@@ -164,68 +161,6 @@ def test_spec_admitted_but_unrenderable_is_stalled_without_children(
     apply_with_cache(control_plane, api_client, namespace, dfd("stuck"))
     wait_for(lambda: deployment(api_client, namespace, "stuck"), "the Deployment after the fix")
     wait_for(lambda: condition_is(api_client, namespace, "stuck", "Stalled", "False"), "Stalled=False")
-
-
-class _VllmMetrics(BaseHTTPRequestHandler):
-    """Serves vLLM's spec-decode counters in the Prometheus text format, as a real vLLM pod would on /metrics."""
-
-    body = b""
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self.send_response(200 if self.path == "/metrics" else 404)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def metrics_on(request) -> Iterator:
-    servers = []
-
-    def start(ip: str, drafts: int, draft_tokens: int, accepted: int) -> None:
-        labels = '{engine="0",model_name="Qwen/Qwen3-Coder-Next"}'
-        handler = type("Handler", (_VllmMetrics,), {"body": (
-            "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
-            "# TYPE vllm:spec_decode_num_drafts_total counter\n"
-            f"vllm:spec_decode_num_drafts_total{labels} {drafts}.0\n"
-            "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"
-            "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
-            f"vllm:spec_decode_num_draft_tokens_total{labels} {draft_tokens}.0\n"
-            "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.\n"
-            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
-            f"vllm:spec_decode_num_accepted_tokens_total{labels} {accepted}.0\n"
-        ).encode()})
-        server = ThreadingHTTPServer((ip, 8000), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
-
-
-def test_acceptance_from_pod_metrics_lands_in_status(control_plane: ControlPlane, api_client, operator,
-                                                     namespace: str, metrics_on) -> None:
-    apply_with_cache(control_plane, api_client, namespace, dfd("measured", readiness={"minAcceptanceRate": 0.5}))
-    core = kubernetes.client.CoreV1Api(api_client)
-    pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(
-        namespace, label_selector=SELECTOR.format("measured")).items if p.status.pod_ip), None), "a pod IP")
-    # kwok hands out pod IPs from a loopback range, so the pod's metrics address is served on this machine.
-    metrics_on(pod.status.pod_ip, drafts=10, draft_tokens=80, accepted=60)
-    mark_pods_ready(api_client, namespace, "measured")
-
-    healthy = wait_for(lambda: condition_is(api_client, namespace, "measured", "SpeculationHealthy", "True"),
-                       "SpeculationHealthy=True")
-    figures = healthy["status"]["speculation"]
-    assert figures["acceptanceRate"] == pytest.approx(0.75)
-    assert figures["meanAcceptedLength"] == pytest.approx(7.0)
-    assert (figures["draftTokens"], figures["acceptedTokens"], figures["podsMeasured"]) == (80, 60, 1)
-    columns = control_plane.kubectl("-n", namespace, "get", "dfd", "measured").stdout
-    assert "0.75" in columns, columns
 
 
 def test_child_rejected_by_the_api_server_stalls_with_its_message(

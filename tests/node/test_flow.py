@@ -120,7 +120,10 @@ def test_apply_to_a_speculative_completion(stack: Stack, core, namespace: str) -
     figures = obj["status"]["speculation"]
     assert figures["acceptanceRate"] == 1.0 and figures["draftTokens"] > 0, figures
     assert figures["meanAcceptedLength"] == pytest.approx(1 + NUM_SPECULATIVE_TOKENS, rel=0.05), figures
-    assert obj["status"]["readyReplicas"] == 1
+    assert figures["podsMeasured"] == 1 and obj["status"]["readyReplicas"] == 1
+    header, row = stack.kubectl("-n", namespace, "get", "dfd", "tiny").stdout.splitlines()
+    columns = dict(zip(header.split(), row.split(), strict=False))
+    assert (columns["READY"], columns["CACHE"], columns["ACCEPTANCE"]) == ("True", "Complete", "1"), columns
 
     # A user's completion through kubectl port-forward to the Service.
     port = free_port()
@@ -180,6 +183,8 @@ def test_an_incompatible_pair_stops_before_any_serving_pod(stack: Stack, core, n
     assert serving_pods(core, namespace, "wide") == []
     (job,) = kubernetes.client.BatchV1Api(core.api_client).list_namespaced_job(namespace).items
     assert len(job_pods(core, namespace, job.metadata.name)) == 1   # a verdict: the Job is not retried
+    wait_for(lambda: any(e.reason == "IncompatiblePair" and e.type == "Warning"
+                         for e in events(core, namespace, "wide")), "the IncompatiblePair warning event", 30)
 
 
 def test_a_wrong_revision_fails_the_cache_once_with_a_readable_reason(stack: Stack, core, namespace: str) -> None:
