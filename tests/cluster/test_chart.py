@@ -61,6 +61,17 @@ def test_template_matches_golden_output(control_plane: ControlPlane, case: str, 
     assert rendered == golden.read_text(), f"chart output changed; if intended, UPDATE_GOLDEN=1 and review {golden}"
 
 
+def test_hub_endpoint_reaches_the_operator_only_when_set(control_plane: ControlPlane) -> None:
+    def operator_env(*args: str) -> dict[str, str]:
+        docs = yaml.safe_load_all(helm(control_plane, "template", RELEASE, str(CHART), "-n", OPS, *args).stdout)
+        deployment = next(d for d in docs if d and d["kind"] == "Deployment")
+        return {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert "DFLASH_HUB_ENDPOINT" not in operator_env()     # huggingface_hub's own default
+    mirrored = operator_env("--set", "hub.endpoint=https://hub.mirror.example.internal/hf")
+    assert mirrored["DFLASH_HUB_ENDPOINT"] == "https://hub.mirror.example.internal/hf"
+
+
 def test_chart_carries_the_generated_crd(control_plane: ControlPlane) -> None:
     assert (CHART / "files" / "crd.yaml").read_text() == (
         REPO / "crds" / "serving.dflash.dev_dflashdeployments.yaml").read_text()
@@ -86,6 +97,7 @@ def test_namespaced_mode_grants_roles_only_where_it_watches(control_plane: Contr
     (["--set", "operator.resyncSeconds=soon"], "operator.resyncSeconds: Invalid type. Expected: integer"),
     (["--set", "image.pullPolicy=Sometimes"], "image.pullPolicy: image.pullPolicy must be one of the following"),
     (["--set", "watch.namespaces={Team_A}"], "watch.namespaces.0: Does not match pattern"),
+    (["--set", "hub.endpoint=hub.internal:8080"], "hub.endpoint: Does not match pattern"),
 ])
 def test_schema_rejects_bad_values_with_a_readable_message(control_plane: ControlPlane, args: list[str],
                                                            message: str) -> None:

@@ -11,7 +11,8 @@ from dflash_operator.api import DFlashDeploymentSpec
 from dflash_operator.api.crd import build_crd, render_crd_yaml
 from dflash_operator.cli import main
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "serving.dflash.dev_dflashdeployments.yaml"
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "serving.dflash.dev_dflashdeployments.yaml"
 
 
 def test_committed_crd_is_what_the_models_generate() -> None:
@@ -78,3 +79,13 @@ def test_pydantic_model_rejects_what_the_schema_rejects() -> None:
         DFlashDeploymentSpec.model_validate({"target": {"repo": "a/b"}, "draft": {"repo": "c/d"}, "typo": 1})
     spec = DFlashDeploymentSpec.model_validate({"target": {"repo": "a/b"}, "draft": {"repo": "c/d"}})
     assert spec.cache.access_mode == "ReadWriteMany" and spec.readiness.probe_max_tokens == 16
+
+
+def test_the_default_image_is_the_newest_supported_vllm_release() -> None:
+    from dflash_operator.api.models import DEFAULT_IMAGE, DEFAULT_VLLM_VERSION
+
+    listed = [line.strip() for line in (REPO / "images" / "vllm" / "SUPPORTED_VLLM").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    newest = max(listed, key=lambda v: tuple(int(part) for part in v.split(".")))
+    assert DEFAULT_VLLM_VERSION == newest
+    assert DEFAULT_IMAGE.rsplit(":", 1)[1].startswith(f"v{newest}-")

@@ -18,7 +18,10 @@ PLURAL = "dflashdeployments"
 SINGULAR = "dflashdeployment"
 SHORT_NAMES = ["dfd"]
 
-DEFAULT_IMAGE = "ghcr.io/dflash-dev/vllm-dflash:v0.23.0-dflash.1"
+# The image built from images/vllm at the newest tag of images/vllm/SUPPORTED_VLLM (a unit test holds them together;
+# the image build refuses tags outside that list). The "-dflash.N" suffix counts builds of our plugin on one tag.
+DEFAULT_VLLM_VERSION = "0.32.0"
+DEFAULT_IMAGE = f"ghcr.io/dflash-dev/vllm-dflash:v{DEFAULT_VLLM_VERSION}-dflash.1"
 DEFAULT_PROBE_PROMPT = "def fibonacci(n):"
 
 # Flags the operator sets itself from the spec. Letting extraArgs repeat them would make the pod's behaviour depend
