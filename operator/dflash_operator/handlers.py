@@ -61,6 +61,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # kopf hands each object a shallow copy of the memo: state every handler shares lives in mutable objects.
     # The live indexes are handed over by the first handler call (kopf passes indexes to handlers only).
     memo.shared = {"observed": None, "context": None}
+    memo.cache_jobs = {}  # uid -> (generation, cache Job name): the spec is validated once per generation
     memo.locks = collections.defaultdict(threading.Lock)  # one reconcile at a time per DFlashDeployment
     config: OperatorConfig = memo.config
     metrics.serve(config.metrics_port, config.metrics_address)
@@ -152,6 +153,7 @@ def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: A
     if type == "DELETED":
         memo.ledger.forget_owner(body.metadata.uid or "")
         memo.locks.pop(body.metadata.uid, None)  # one lock per live DFlashDeployment, not per one ever seen
+        memo.cache_jobs.pop(body.metadata.uid, None)
         return
     _run(memo, body, _observed(memo, kwargs))
 
@@ -175,18 +177,33 @@ def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace
 
 def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None:
     """Only what no watch event can tell: download progress in a running cache pod's log, and the speculation
-    figures of ready serving pods. A DFlashDeployment with neither costs nothing here."""
+    figures of running serving pods. A DFlashDeployment with neither costs nothing here."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     if observed.running_pod_ips(namespace, name):
         _run(memo, body, observed, measure=True)
         return
-    try:
-        job = cache_job_name(DFlashDeployment.model_validate(dict(body)), memo.config.cache)
-    except ValueError:
+    job = _cache_job(memo, body)
+    if job is None:
         return  # an invalid spec has no cache; its Stalled status came from the event handler
     if any(p["status"]["phase"] == "Running" for p in observed.job_pods(namespace, job)):
         _run(memo, body, observed)
+
+
+def _cache_job(memo: kopf.Memo, body: Mapping[str, Any]) -> str | None:
+    """The cache Job's name for the spec's current generation; None for a spec that does not validate. Validating a
+    spec costs more than everything else a resync pass does per DFlashDeployment, so it happens once per generation."""
+    meta = body["metadata"]
+    uid, generation = meta.get("uid"), meta.get("generation")
+    known = memo.cache_jobs.get(uid)
+    if known is not None and known[0] == generation:
+        return known[1]
+    try:
+        job: str | None = cache_job_name(DFlashDeployment.model_validate(dict(body)), memo.config.cache)
+    except ValueError:
+        job = None
+    memo.cache_jobs[uid] = (generation, job)
+    return job
 
 
 def _resync_forever(memo: kopf.Memo, interval: float) -> None:
