@@ -39,7 +39,9 @@ def wait_serving(stack: Stack) -> str | None:
     while time.monotonic() < deadline:
         obj = json.loads(stack.kubectl("get", "dfd", NAME, "-o", "json").stdout)
         found = conditions(obj)
-        if found.get("Ready", {}).get("status") == "True":
+        # Ready comes from the kubelet's probes; the figures from the operator's next read of the pod's /metrics.
+        if found.get("Ready", {}).get("status") == "True" and found.get("SpeculationHealthy", {}).get(
+                "status") == "True":
             return None
         reason = stopped_reason(obj)
         if reason:

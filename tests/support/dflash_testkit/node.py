@@ -53,7 +53,12 @@ KUBELET_PORT = 10250
 GPUS = 4
 STORAGE_CLASS = "local-path"
 PROVISIONER = "rancher.io/local-path"
-LOCK = Path(os.environ.get("DFLASH_CACHE", Path.home() / ".cache" / "dflash-operator")) / "real-node.lock"
+CACHE = Path(os.environ.get("DFLASH_CACHE", Path.home() / ".cache" / "dflash-operator"))
+LOCK = CACHE / "real-node.lock"
+# containerd's root (image content and unpacked snapshots) outlives a node, as on a real machine across reboots: the
+# 6 GB vLLM image is imported once, not once per run, and one copy sits on disk instead of one per work folder.
+# Only the node holding LOCK uses it; each start removes the containers a previous node left in it.
+IMAGE_STORE = CACHE / "node-containerd"
 BUILDER = REPO / "images" / "builder" / "build.py"
 DEBIAN_BIN = ("/usr/sbin/runc", "/usr/lib/cni")
 
@@ -223,7 +228,7 @@ class RealNode:
     def _start_containerd(self) -> None:
         w = self.workdir / "containerd"
         config = f"""version = 3
-root = '{w}/root'
+root = '{IMAGE_STORE}'
 state = '{w}/state'
 disabled_plugins = ['io.containerd.nri.v1.nri']
 
@@ -265,7 +270,22 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
         (w / "config.toml").write_text(config.replace("{pause}", pause["name"]))
         # Our shim must come before any other containerd shim on PATH.
         env = {**os.environ, "PATH": f"{self.bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
-        self._spawn("containerd", [str(self.bin_dir / "containerd"), f"--config={w / 'config.toml'}"], env=env)
+        IMAGE_STORE.mkdir(parents=True, exist_ok=True)
+        argv = [str(self.bin_dir / "containerd"), f"--config={w / 'config.toml'}"]
+        process = self._spawn("containerd", argv, env=env)
+        self._wait_containerd()
+        # Containers (pods' sandboxes included) of an earlier node in the image store: removed, with their
+        # snapshots, then containerd restarts so its CRI plugin does not recover them as pods of this node.
+        left = self.ctr("containers", "ls", "-q").stdout.split()
+        if left:
+            self.ctr("containers", "rm", *left)
+            _terminate(process)
+            self.processes.remove(process)
+            self.containerd_socket.unlink(missing_ok=True)
+            self._spawn("containerd", argv, env=env)
+            self._wait_containerd()
+
+    def _wait_containerd(self) -> None:
         _wait(lambda: self.containerd_socket.exists() and self.ctr("version", check=False).returncode == 0,
               "containerd socket", 60, self.log("containerd"))
 
@@ -288,12 +308,20 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
             self.image(recipe)
 
     def image(self, recipe: str) -> str:
-        """The name of a locally built image (images/builder recipe), built and imported on first use."""
+        """The name of a locally built image (images/builder recipe), built and imported on first use; an image the
+        store holds from an earlier node is not imported again. Older builds of the recipe leave the store."""
         if recipe not in self.images:
             info = self._build_image(recipe)
             started = time.monotonic()
-            self.ctr("images", "import", info["tar"])
+            held = self.ctr("images", "ls", "-q").stdout.split()
+            if info["name"] not in held:
+                self.ctr("images", "import", info["tar"])
             info["import_seconds"] = round(time.monotonic() - started, 1)
+            info["already_in_store"] = info["name"] in held
+            repository = info["name"].rsplit(":", 1)[0]
+            older = [name for name in held if name.rsplit(":", 1)[0] == repository and name != info["name"]]
+            if older:
+                self.ctr("images", "rm", *older)
             self.images[recipe] = info["name"]
         return self.images[recipe]
 
@@ -439,7 +467,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
         return process
 
     def _unmount_all(self, before: HostState) -> None:
-        roots = (str(self.workdir), *HOST_PATHS)
+        roots = (str(self.workdir), str(IMAGE_STORE), *HOST_PATHS)
         for _ in range(3):
             with open("/proc/self/mountinfo") as f:
                 points = [line.split()[4] for line in f]
