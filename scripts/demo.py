@@ -9,19 +9,15 @@ status, and send a completion through `kubectl port-forward`. Everything stops a
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from dflash_testkit.controlplane import free_port
-from dflash_testkit.flow import TARGET, Stack, conditions, dfd, real_stack, stopped_reason
+from dflash_testkit.flow import Stack, complete_through_port_forward, conditions, dfd, real_stack, stopped_reason
 
 NAME = "tiny"
 TIMEOUT = 900
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def say(line: str) -> None:
@@ -57,29 +53,6 @@ def wait_serving(stack: Stack) -> str | None:
     return f"not Ready after {TIMEOUT} s"
 
 
-def complete(stack: Stack) -> dict:
-    port = free_port()
-    forward = subprocess.Popen([stack.plane.binary("kubectl"), f"--kubeconfig={stack.plane.kubeconfig}",
-                                "port-forward", f"svc/{NAME}", f"{port}:8000", "--address=127.0.0.1"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    body = {"model": TARGET, "prompt": "The quick brown fox", "max_tokens": 12, "temperature": 0}
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with DIRECT.open(request, timeout=60) as answer:
-                    return json.load(answer)
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
-    finally:
-        forward.terminate()
-        forward.wait(10)
-
-
 def main() -> int:
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="dflash-demo-"))
@@ -105,7 +78,7 @@ def main() -> int:
             "draft tokens, from the pod's /metrics)")
         say(f"$ kubectl port-forward svc/{NAME} and POST /v1/completions")
         try:
-            answer = complete(stack)
+            answer = complete_through_port_forward(stack, "default", NAME, max_tokens=12)
         except OSError as error:
             say(f"FAILED: no completion through port-forward: {error}")
             say(where_logs_are(stack))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import kubernetes
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from dflash_testkit import REPO
-from dflash_testkit.controlplane import ControlPlane, free_port
+from dflash_testkit.controlplane import ControlPlane
 from dflash_testkit.dfd import SELECTOR, get_dfd
 from dflash_testkit.flow import (
     NUM_SPECULATIVE_TOKENS,
@@ -27,6 +26,7 @@ from dflash_testkit.flow import (
     TARGET,
     WIDE_DRAFT,
     Stack,
+    complete_through_port_forward,
     conditions,
     dfd,
     serving_stack,
@@ -36,7 +36,6 @@ from dflash_testkit.node import NODE_NAME, STORAGE_CLASS
 from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.node
-DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # A CPU vLLM on this 2-core machine loads in about a minute or two; the image's first start takes longer.
 SERVING_TIMEOUT = 900
 
@@ -126,26 +125,7 @@ def test_apply_to_a_speculative_completion(stack: Stack, core, namespace: str) -
     assert (columns["READY"], columns["CACHE"], columns["ACCEPTANCE"]) == ("True", "Complete", "1"), columns
 
     # A user's completion through kubectl port-forward to the Service.
-    port = free_port()
-    forward = subprocess.Popen([stack.plane.binary("kubectl"), f"--kubeconfig={stack.plane.kubeconfig}",
-                                "-n", namespace, "port-forward", "svc/tiny", f"{port}:8000", "--address=127.0.0.1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/v1/completions", method="POST", headers={"Content-Type": "application/json"},
-            data=json.dumps({"model": TARGET, "prompt": "The quick brown fox", "max_tokens": 8,
-                             "temperature": 0}).encode())
-
-        def complete() -> dict | None:
-            try:
-                with DIRECT.open(request, timeout=60) as answer:
-                    return json.load(answer)
-            except OSError:
-                return None
-        answer = wait_for(complete, "a completion through port-forward", 60)
-    finally:
-        forward.terminate()
-        forward.wait(10)
+    answer = complete_through_port_forward(stack, namespace, "tiny", max_tokens=8)
     assert answer["model"] == TARGET and answer["usage"]["completion_tokens"] == 8, answer
 
 

@@ -21,14 +21,15 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_testkit import REPO
-from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds
-from dflash_testkit.hub import Hub, start_hub
+from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port
+from dflash_testkit.hub import DIRECT, Hub, start_hub
 from dflash_testkit.node import BRIDGE_SUBNET, NODE_IP
 from dflash_testkit.operator import running_operator
 
@@ -163,7 +164,7 @@ def serving_stack(plane: ControlPlane, workdir: Path, progress: Progress = _quie
                 imported["error"] = error
         t0 = time.monotonic()
         if "vllm" not in node.images:
-            progress("importing the vLLM CPU image into the node's containerd (6 GB, about 2-3 minutes) ...")
+            progress("the vLLM CPU image into the node's containerd (6 GB: minutes unless the image store holds it)")
         importer = threading.Thread(target=import_vllm, name="import-vllm")
         importer.start()
         try:
@@ -207,3 +208,29 @@ def stopped_reason(obj: dict) -> str | None:
     if healthy.get("status") == "False":
         return f"SpeculationHealthy=False ({healthy.get('reason')}): {healthy.get('message')}"
     return None
+
+
+def complete_through_port_forward(stack: Stack, namespace: str, service: str, max_tokens: int,
+                                  timeout: float = 60) -> dict:
+    """POST /v1/completions through `kubectl port-forward svc/SERVICE`, as a user reaches the Service from here.
+    Retries until the forward answers or `timeout` passes; raises OSError then."""
+    port = free_port()
+    forward = subprocess.Popen([stack.plane.binary("kubectl"), f"--kubeconfig={stack.plane.kubeconfig}",
+                                "-n", namespace, "port-forward", f"svc/{service}", f"{port}:8000",
+                                "--address=127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    body = {"model": TARGET, "prompt": "The quick brown fox", "max_tokens": max_tokens, "temperature": 0}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                with DIRECT.open(request, timeout=60) as answer:
+                    return json.load(answer)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+    finally:
+        forward.terminate()
+        forward.wait(10)
