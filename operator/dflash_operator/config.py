@@ -30,7 +30,7 @@ class OperatorConfig:
     metrics_port: int = 0
     metrics_address: str = "0.0.0.0"
     log_level: str = "INFO"
-    # Empty: the whole cluster. Otherwise only these namespaces (kopf patterns: "*", "!sa-*").
+    # Empty: the whole cluster. Otherwise only these namespaces: exact names or kopf patterns (dflash_operator.scope).
     namespaces: tuple[str, ...] = ()
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
 

@@ -40,6 +40,7 @@ from dflash_operator.observed import (
 from dflash_operator.ownership import CHILD_KINDS, MANAGED_BY, MANAGED_BY_LABEL
 from dflash_operator.reconcile import RetryLater, reconcile
 from dflash_operator.render_cache import cache_job_name
+from dflash_operator.scope import WatchScope
 
 log = logging.getLogger(__name__)
 MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
@@ -224,14 +225,19 @@ def _resync_forever(memo: kopf.Memo, interval: float) -> None:
 def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     """A registry holding every handler and index, set up for `config`."""
     registry = kopf.OperatorRegistry()
+    scope = WatchScope(config.namespaces)
+    # Glob scopes are watched cluster-wide (see dflash_operator.scope): objects of other namespaces never reach an
+    # index or a handler.
+    when: Any = (lambda namespace, **_: scope.serves(namespace)) if scope.filtered else None
     # A registry of our own starts empty: kopf's default login (kubeconfig or in-cluster) must be added to it.
     kopf.on.login(registry=registry)(kopf.login_via_client)
     kopf.on.startup(registry=registry)(configure)
     for kind in CHILD_KINDS:
-        kopf.index(*kind.watch_resource, id=index_id(kind.plural), labels=MANAGED, registry=registry)(index_child)
-        kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", labels=MANAGED,
+        kopf.index(*kind.watch_resource, id=index_id(kind.plural), labels=MANAGED, when=when,
+                   registry=registry)(index_child)
+        kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", labels=MANAGED, when=when,
                       registry=registry)(on_child_event)
-    kopf.index("v1", "pods", id=PODS_INDEX, labels=MANAGED, registry=registry)(index_pod)
-    kopf.index(GROUP, VERSION, PLURAL, id=DFDS_INDEX, registry=registry)(index_dfd)
-    kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)(on_dfd_event)
+    kopf.index("v1", "pods", id=PODS_INDEX, labels=MANAGED, when=when, registry=registry)(index_pod)
+    kopf.index(GROUP, VERSION, PLURAL, id=DFDS_INDEX, when=when, registry=registry)(index_dfd)
+    kopf.on.event(GROUP, VERSION, PLURAL, when=when, registry=registry)(on_dfd_event)
     return registry

@@ -80,5 +80,5 @@ def operator(control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
     # Pod IPs of the test cluster are loopback; the operator refuses to dial anything else.
     settings = {"DFLASH_RESYNC_SECONDS": "2", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8"}
     # Every namespace but sa-*, where test_chart runs an operator with the chart's RBAC on its own.
-    with running_operator(control_plane.kubeconfig, _OPERATOR_LOG, settings, namespaces=("*", "!sa-*")) as process:
+    with running_operator(control_plane.kubeconfig, _OPERATOR_LOG, settings, namespaces=("!sa-*",)) as process:
         yield process
