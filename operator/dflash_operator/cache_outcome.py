@@ -26,6 +26,9 @@ class CacheOutcome:
     draft_block_size: int | None = None
 
 
+DOWNLOADING_MESSAGE = "downloading target and draft"
+
+
 def _condition(job: dict[str, Any], kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in job.get("status", {}).get("conditions", []))
 
@@ -64,7 +67,9 @@ def _verified(result: CacheResult) -> CacheOutcome:
 
 def cache_outcome(job: dict[str, Any] | None, pods: list[dict[str, Any]], last_log_line: str = "") -> CacheOutcome:
     if job is None:
-        return CacheOutcome(DOWNLOADING, "the cache Job is being created")
+        # The pass that finds no Job applies it, so it reports what a new Job reports: with its own message, the
+        # Job's first watch event would cost every new DFlashDeployment a second status write.
+        return CacheOutcome(DOWNLOADING, DOWNLOADING_MESSAGE)
     newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
     results = [r for r in map(_result, newest_first) if r is not None]
     error = next((r.error for r in results if r.error), None)
@@ -77,7 +82,7 @@ def cache_outcome(job: dict[str, Any] | None, pods: list[dict[str, Any]], last_l
         return CacheOutcome(FAILED, error or "the cache Job failed; see its pod's log")
     progress = parse_progress_line(last_log_line)
     percent = progress.get("percent")
-    message = f"downloading target and draft: {percent:g}%" if percent is not None else "downloading target and draft"
+    message = f"{DOWNLOADING_MESSAGE}: {percent:g}%" if percent is not None else DOWNLOADING_MESSAGE
     if error:  # an earlier attempt failed; the Job retries with backoff, resuming the download
         message += f" (retrying after: {error})"
     return CacheOutcome(DOWNLOADING, message, progress=progress)

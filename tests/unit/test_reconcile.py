@@ -82,6 +82,19 @@ def test_first_pass_applies_only_the_cache_and_says_it_is_downloading() -> None:
     assert events == [], "a condition's first appearance is not a transition"
 
 
+def test_the_new_jobs_first_event_costs_no_second_status_write() -> None:
+    """A new DFlashDeployment's status is written once: the pass after the cache Job's first watch event (the Job
+    and its PVC in the indexes, no pod yet) finds nothing new to report."""
+    kube, ledger = RecordingKube(), Ledger()
+    reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None, ledger=ledger)
+    [first] = kube.statuses
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": cache_name(DFD),
+                                                                               "namespace": NS}}
+    reconcile(kube, {**copy.deepcopy(BODY), "status": first}, OperatorConfig(), lambda *e: None,
+              observed([job({}), claim]), ledger)
+    assert kube.statuses == [first]
+
+
 def test_running_download_reports_progress_from_the_log() -> None:
     running = {"metadata": {"name": "p", "creationTimestamp": "T"}, "status": {"phase": "Running"}}
     kube = RecordingKube()
