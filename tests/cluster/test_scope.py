@@ -1,7 +1,7 @@
 """The operator's namespace scope against the real API server: a glob pattern serves what it matches and nothing
 else, and namespaces that vanish while the operator starts do not stall it. (With kopf's own per-namespace watches
 for globs, a CI run on a cold machine stalled every handler for good after namespaces were deleted during start-up;
-see dflash_operator.scope. This test did not reproduce that race on the old code in 5 tries: it guards the
+see dflash_operator.scope. This test did not reproduce that race on the old code in 8 tries: it guards the
 behaviour, the design removes the race.)"""
 
 from __future__ import annotations
