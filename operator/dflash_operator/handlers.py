@@ -43,7 +43,8 @@ from dflash_operator.render_cache import cache_job_name
 from dflash_operator.scope import WatchScope
 
 log = logging.getLogger(__name__)
-MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}
+# The API server filters the child and pod watches by it (kopf's label_selectors), so no handler re-checks it.
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 ERROR_RETRY_SECONDS = 10.0
 
 
@@ -55,11 +56,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # No kopf peering objects: one operator replica, chosen by the Deployment, not by a CRD of kopf's.
     settings.peering.standalone = True
     # The API server filters the child and pod watches to the operator's own objects: the cluster's other pods,
-    # Jobs and Services never reach this process, which kept a copy and a kopf memory of each (RSS and CPU grew with
-    # every Job in the cluster, not with DFlashDeployments).
+    # Jobs and Services never reach this process (before, each of their events was sent, decoded and passed through
+    # kopf's per-object processing only to be dropped by a client-side label filter).
     watched: list[Any] = [kind.watch_resource for kind in CHILD_KINDS] + [("v1", "pods")]
     for resource in watched:
-        settings.watching.label_selectors[resource] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     # No progress or diff-base is written on the objects: event handlers need neither.
     memo.kube = Kube(load_client())
     memo.ledger = Ledger()
@@ -239,11 +240,9 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     kopf.on.login(registry=registry)(kopf.login_via_client)
     kopf.on.startup(registry=registry)(configure)
     for kind in CHILD_KINDS:
-        kopf.index(*kind.watch_resource, id=index_id(kind.plural), labels=MANAGED, when=when,
-                   registry=registry)(index_child)
-        kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", labels=MANAGED, when=when,
-                      registry=registry)(on_child_event)
-    kopf.index("v1", "pods", id=PODS_INDEX, labels=MANAGED, when=when, registry=registry)(index_pod)
+        kopf.index(*kind.watch_resource, id=index_id(kind.plural), when=when, registry=registry)(index_child)
+        kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", when=when, registry=registry)(on_child_event)
+    kopf.index("v1", "pods", id=PODS_INDEX, when=when, registry=registry)(index_pod)
     kopf.index(GROUP, VERSION, PLURAL, id=DFDS_INDEX, when=when, registry=registry)(index_dfd)
     kopf.on.event(GROUP, VERSION, PLURAL, when=when, registry=registry)(on_dfd_event)
     return registry

@@ -7,36 +7,17 @@ listing, or with events still queued, the readiness toggles of those watches are
 the operator then waits forever. Globs therefore mean one cluster-wide watch per kind and a filter on the
 namespace, which also costs one watch per kind instead of one per kind and namespace.
 
-A pattern follows kopf's syntax: comma-separated globs, `!` excludes, a leading exclusion implies a leading `*`;
-a namespace is served when any pattern matches it.
+A pattern follows kopf's syntax and is read by kopf's own functions: comma-separated globs, `!` excludes, a leading
+exclusion implies a leading `*`; a namespace is served when any pattern matches it.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 
-GLOB_CHARACTERS = frozenset("*?[!,")
-
-
-def is_exact(pattern: str) -> bool:
-    return not GLOB_CHARACTERS.intersection(pattern)
-
-
-def matches(namespace: str, pattern: str) -> bool:
-    """kopf's documented pattern semantics: the first glob includes, `!globs` exclude, later globs re-include only
-    what the first one included."""
-    globs = [glob.strip() for glob in pattern.split(",") if glob.strip()]
-    if not globs or globs[0].startswith("!"):
-        globs.insert(0, "*")
-    first = fnmatch.fnmatchcase(namespace, globs[0])
-    served = first
-    for glob in globs[1:]:
-        if glob.startswith("!"):
-            served = served and not fnmatch.fnmatchcase(namespace, glob[1:])
-        else:
-            served = served or (first and fnmatch.fnmatchcase(namespace, glob))
-    return served
+# kopf's own pattern reader, so a pattern means here what it means to kopf. Private to kopf: pyproject pins the
+# kopf line (>=1.45.2,<1.46) that this module was written against.
+from kopf._cogs.structs.references import NamespaceName, match_namespace, select_specific_namespaces
 
 
 @dataclass(frozen=True)
@@ -44,15 +25,16 @@ class WatchScope:
     patterns: tuple[str, ...] = ()
 
     @property
-    def clusterwide(self) -> bool:
-        return not self.exact_namespaces
-
-    @property
     def exact_namespaces(self) -> tuple[str, ...]:
         """The namespaces kopf watches one by one; empty when the scope is the cluster (filtered or not)."""
-        if self.patterns and all(is_exact(pattern) for pattern in self.patterns):
+        exact = select_specific_namespaces(self.patterns)
+        if self.patterns and all(pattern in exact for pattern in self.patterns):
             return self.patterns
         return ()
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.exact_namespaces
 
     @property
     def filtered(self) -> bool:
@@ -62,4 +44,6 @@ class WatchScope:
     def serves(self, namespace: str | None) -> bool:
         if not self.patterns:
             return True
-        return namespace is not None and any(matches(namespace, pattern) for pattern in self.patterns)
+        if namespace is None:
+            return False
+        return any(match_namespace(NamespaceName(namespace), pattern) for pattern in self.patterns)

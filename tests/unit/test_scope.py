@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_operator.scope import WatchScope, matches
+from dflash_operator.scope import WatchScope
 
 
 @pytest.mark.parametrize(("namespace", "pattern", "served"), [
@@ -18,7 +18,7 @@ from dflash_operator.scope import WatchScope, matches
     ("Team-A", "team-*", False),        # namespace names are case-sensitive
 ])
 def test_patterns_follow_kopfs_syntax(namespace: str, pattern: str, served: bool) -> None:
-    assert matches(namespace, pattern) is served
+    assert WatchScope((pattern,)).serves(namespace) is served
 
 
 def test_exact_names_are_watched_one_by_one_as_namespaced_rbac_allows() -> None:
