@@ -1,7 +1,9 @@
-"""The contract between the cache Job's program and the operator: exit codes and the termination message.
+"""The contract between the cache Job's two containers and the operator: exit codes and termination messages.
 
-`dflash_operator.fetch` writes a CacheResult as JSON to the pod's termination message; `cache_outcome` reads it
-back from the pod status. Both sides, and the test helpers that stand in for the program, use this module only.
+The init container `fetch` (the operator image, `dflash_operator.fetch`) writes a CacheResult as JSON to its
+termination message; then the container `check-pair` (the serving image) writes the serving vLLM's verdict on the
+pair (`dflash-check-pair --output`, a PairVerdict). `cache_outcome` reads both back from the pod status. Both sides,
+and the test helpers that stand in for the containers, use this module only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ NOT_FOUND_EXIT_CODE = 4
 # Exit codes that are answers, not accidents: the Job's podFailurePolicy fails the Job on them without retrying.
 VERDICT_EXIT_CODES = (INCOMPATIBLE_EXIT_CODE, NOT_FOUND_EXIT_CODE)
 TERMINATION_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
+
+FETCH_CONTAINER, CHECK_CONTAINER = "fetch", "check-pair"
+# dflash-check-pair's exits that are verdicts (1 incompatible, 2 unreadable configs): the same files and image give
+# the same answer, so the Job fails at once. A crash or an OOM kill (any other code) is retried.
+CHECK_VERDICT_EXIT_CODES = (1, 2)
+# What the check container leaves when the serving image has no dflash-check-pair (an image not built from
+# images/vllm): the operator's own verdict, from the fetch container, stands, and status says so.
+NO_CHECKER = "noChecker"
 
 
 @dataclass(frozen=True)
@@ -75,3 +85,41 @@ class CacheResult:
 def problem_dicts(problems: Sequence[Any]) -> list[dict[str, str]]:
     """Problems of the pairing check (objects with code and message) in the contract's shape."""
     return [{"code": str(p.code), "message": str(p.message)} for p in problems]
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """The serving image's verdict on the pair (`dflash-check-pair`), or why there is none."""
+
+    compatible: bool
+    problems: list[dict[str, str]] = field(default_factory=list)
+    vllm_version: str | None = None
+    draft_layout: str | None = None
+    notes: list[str] = field(default_factory=list)
+    # Set when the image could not judge (no dflash-check-pair, or it crashed): the operator's verdict stands.
+    unavailable: str | None = None
+
+    @classmethod
+    def from_message(cls, message: str) -> PairVerdict | None:
+        """The verdict in a termination message; a message that is not a verdict (a crash's log tail) becomes an
+        unavailable verdict carrying its last line, and an empty one None."""
+        if not message.strip():
+            return None
+        try:
+            data = json.loads(message)
+        except ValueError:
+            return cls(compatible=False, unavailable=message.strip().splitlines()[-1][:500])
+        if not isinstance(data, dict):
+            return None
+        if data.get(NO_CHECKER):
+            return cls(compatible=False, unavailable=str(data[NO_CHECKER])[:500])
+        version = data.get("vllm_version")
+        return cls(
+            compatible=bool(data.get("compatible")),
+            problems=[{"code": str(p.get("code", "")), "message": str(p.get("message", ""))}
+                      for p in data.get("problems") or [] if isinstance(p, dict)],
+            vllm_version=str(version) if version else None,
+            draft_layout=str(data["draft_layout"]) if data.get("draft_layout") else None,
+            notes=[str(n) for n in data.get("notes") or []],
+        )
+

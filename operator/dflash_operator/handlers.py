@@ -25,6 +25,7 @@ import kopf
 
 from dflash_operator import metrics
 from dflash_operator.api import GROUP, KIND, PLURAL, VERSION, DFlashDeployment
+from dflash_operator.cache_outcome import fetch_running
 from dflash_operator.config import OperatorConfig
 from dflash_operator.kube import Kube, load_client
 from dflash_operator.ledger import Ledger
@@ -184,7 +185,7 @@ def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace
 
 
 def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None:
-    """Only what no watch event can tell: download progress in a running cache pod's log, and the speculation
+    """Only what no watch event can tell: download progress in a cache pod's download-step log, and the speculation
     figures of running serving pods. A DFlashDeployment with neither costs nothing here."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -194,7 +195,7 @@ def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None
     job = _cache_job(memo, body)
     if job is None:
         return  # an invalid spec has no cache; its Stalled status came from the event handler
-    if any(p["status"]["phase"] == "Running" for p in observed.job_pods(namespace, job)):
+    if any(fetch_running(p) for p in observed.job_pods(namespace, job)):
         _run(memo, body, observed)
 
 

@@ -62,10 +62,11 @@ class Kube:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status},
                                                           field_manager=FIELD_MANAGER)
 
-    def last_log_line(self, namespace: str, pod: str) -> str:
-        """The pod's last log line, or '' when there is none yet (container not started, node unreachable)."""
+    def last_log_line(self, namespace: str, pod: str, container: str) -> str:
+        """The container's last log line, or '' when there is none yet (not started, node unreachable)."""
         try:
-            text = self.core.read_namespaced_pod_log(pod, namespace, tail_lines=1, _request_timeout=5)
+            text = self.core.read_namespaced_pod_log(pod, namespace, container=container, tail_lines=1,
+                                                     _request_timeout=5)
         except (ApiException, OSError):
             return ""
         return (text or "").strip().splitlines()[-1] if (text or "").strip() else ""

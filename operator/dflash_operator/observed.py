@@ -41,17 +41,33 @@ def _ready(status: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def _slim_container_statuses(statuses: list[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """Per container: whether it runs, and how it ended (exit code, reason, termination message)."""
+    slim = []
+    for status in statuses or []:
+        state = status.get("state") or {}
+        if "terminated" in state:
+            ended = state["terminated"] or {}
+            kept: dict[str, Any] = {"terminated": {key: ended[key] for key in ("exitCode", "reason", "message")
+                                                   if ended.get(key) is not None}}
+        elif "running" in state:
+            kept = {"running": {}}
+        else:
+            continue
+        slim.append({"name": status.get("name"), "state": kept})
+    return slim
+
+
 def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What reconcile reads of a pod: its phase, address, readiness and the termination messages it left."""
+    """What reconcile reads of a pod: its phase, address, readiness, and which containers run or how they ended
+    (the cache Job's two steps leave their results as termination messages)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
-    statuses = [{"state": {"terminated": {"message": s["state"]["terminated"].get("message", "")}}}
-                for s in status.get("containerStatuses") or []
-                if (s.get("state") or {}).get("terminated")]
     return {
         "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
                      "deletionTimestamp": meta.get("deletionTimestamp")},
         "status": {"phase": status.get("phase"), "podIP": status.get("podIP"), "ready": _ready(status),
-                   "containerStatuses": statuses},
+                   "initContainerStatuses": _slim_container_statuses(status.get("initContainerStatuses")),
+                   "containerStatuses": _slim_container_statuses(status.get("containerStatuses"))},
     }
 
 

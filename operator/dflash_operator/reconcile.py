@@ -16,8 +16,15 @@ from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
 from dflash_operator import cache_outcome, speculation, status
-from dflash_operator.api import DFlashDeployment
-from dflash_operator.api.models import CacheStatus, Condition, DFlashDeploymentStatus, ResolvedRevisions
+from dflash_operator.api import DFlashDeployment, DFlashDeploymentSpec
+from dflash_operator.api.models import (
+    CacheStatus,
+    Condition,
+    DFlashDeploymentStatus,
+    PairCheckStatus,
+    ResolvedRevisions,
+)
+from dflash_operator.cache_result import FETCH_CONTAINER
 from dflash_operator.config import OperatorConfig
 from dflash_operator.desired import desired_objects
 from dflash_operator.drift import covers
@@ -29,6 +36,7 @@ from dflash_operator.pairing import speculative_tokens_problems
 from dflash_operator.render import SERVING_PORT, CacheFacts, endpoint, selector_string
 from dflash_operator.render_cache import cache_job_name, cache_name
 from dflash_operator.validation import spec_problems
+from dflash_operator.vllm_features import missing_features
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +84,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         return
 
     outcome = _cache_outcome(kube, observed, namespace, cache_job_name(dfd, config.cache))
-    gate = _cache_gate(outcome, dfd.spec.num_speculative_tokens)
+    gate = _cache_gate(outcome, dfd.spec)
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
     try:
@@ -93,6 +101,10 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     )
     if outcome.target_commit or outcome.draft_commit:
         new.resolved = ResolvedRevisions(target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
+    if outcome.pair_check is not None:
+        check = outcome.pair_check
+        new.pair_check = PairCheckStatus(checked_by=check.checked_by, vllm_version=check.vllm_version,
+                                         draft_layout=check.draft_layout, notes=check.notes or None)
     if gate is not None:
         _write_status(kube, ledger, body, new, gate, emit)
         return
@@ -139,23 +151,28 @@ def _cache_outcome(kube: Kube, observed: Observed, namespace: str, job_name: str
     if job is None:
         return cache_outcome.cache_outcome(None, [])
     pods = observed.job_pods(namespace, job_name)
-    running = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
-    # Progress is the last JSON line the download program printed; read only while it runs.
-    last_line = kube.last_log_line(namespace, running[0]["metadata"]["name"]) if running else ""
+    fetching = [p for p in pods if cache_outcome.fetch_running(p)]
+    # Progress is the last JSON line the download step printed; read only while it runs.
+    last_line = kube.last_log_line(namespace, fetching[0]["metadata"]["name"], FETCH_CONTAINER) if fetching else ""
     return cache_outcome.cache_outcome(job, pods, last_line)
 
 
-def _cache_gate(outcome: cache_outcome.CacheOutcome, num_speculative_tokens: int) -> list[Condition] | None:
-    """Conditions that hold the serving objects back, or None when the cache is ready and the pair fits."""
+def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec) -> list[Condition] | None:
+    """Conditions that hold the serving objects back, or None when the cache is ready, the pair fits and the
+    serving vLLM has every field the spec uses."""
     if outcome.phase == cache_outcome.DOWNLOADING:
         return status.waiting_for_cache_conditions(outcome.message)
     if outcome.phase == cache_outcome.FAILED:
         return status.cache_failed_conditions(outcome.message)
     # The pair's own problems come from the Job; the token count is this deployment's, checked here.
     problems = [p["message"] for p in outcome.problems] + [
-        p.message for p in speculative_tokens_problems(num_speculative_tokens, outcome.draft_block_size)]
+        p.message for p in speculative_tokens_problems(spec.num_speculative_tokens, outcome.draft_block_size)]
     if problems:
         return status.incompatible_pair_conditions(problems)
+    found = outcome.pair_check.vllm_version if outcome.pair_check is not None else None
+    missing = missing_features(spec, found, "the serving image (its pair check)")
+    if missing:
+        return status.needs_newer_vllm_conditions(missing)
     return None
 
 

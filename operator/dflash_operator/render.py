@@ -66,7 +66,10 @@ DRAFT_PATH = f"{MODEL_MOUNT}/draft"
 
 def speculative_config(spec: DFlashDeploymentSpec) -> str:
     # The draft is read from the cache at the commit the Job resolved, so no revision is passed to vLLM.
-    config = {"method": "dflash", "model": DRAFT_PATH, "num_speculative_tokens": spec.num_speculative_tokens}
+    config: dict[str, Any] = {"method": "dflash", "model": DRAFT_PATH,
+                              "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.draft_tensor_parallel_size is not None:
+        config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
     # Compact and key-ordered, so the rendered args (and thus the pod template) are byte-stable across reconciles.
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
@@ -85,6 +88,8 @@ def vllm_args(dfd: DFlashDeployment) -> list[str]:
     ]
     if spec.max_model_len is not None:
         args += ["--max-model-len", str(spec.max_model_len)]
+    if spec.per_request_speculative_metrics is not None:
+        args += ["--per-request-spec-decode-metrics", spec.per_request_speculative_metrics.lower()]
     return args + list(spec.extra_args)
 
 

@@ -1,17 +1,29 @@
-"""Pure renderers of the paired model cache: one PVC and one download Job per (target@revision, draft@revision).
+"""Pure renderers of the paired model cache: one PVC per (target@revision, draft@revision) and its Job.
 
-The name is derived from the pair, so every DFlashDeployment in a namespace that asks for the same pair finds the
-same cache: a second deployment, a new replica or a restart downloads nothing.
+The claim's name is derived from the pair, so every DFlashDeployment in a namespace that asks for the same pair finds
+the same cache: a second deployment, a new replica or a restart downloads nothing.
+
+The Job's pod runs two steps: the init container `fetch` (the operator image) downloads, verifies and applies the
+operator's plain-worded pair rules; then `check-pair` runs the serving image's own `dflash-check-pair`, so the pair is
+judged by the vLLM that will serve it (CPU only, configs and tokenizer files, read-only) and its version is known
+before any GPU pod exists.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from dflash_operator.api import GROUP, DFlashDeployment
-from dflash_operator.cache_result import VERDICT_EXIT_CODES
+from dflash_operator.cache_result import (
+    CHECK_CONTAINER,
+    CHECK_VERDICT_EXIT_CODES,
+    FETCH_CONTAINER,
+    NO_CHECKER,
+    VERDICT_EXIT_CODES,
+)
 from dflash_operator.ownership import MANAGED_BY, MANAGED_BY_LABEL, owner_reference
 
 CACHE_MOUNT = "/cache"
@@ -44,15 +56,11 @@ def cache_name(dfd: DFlashDeployment) -> str:
 
 
 def cache_job_name(dfd: DFlashDeployment, config: CacheConfig) -> str:
-    """The download Job's name. Sharers with different hub-token Secrets or hubs need different Jobs (a Job's pod
-    template is immutable), writing to the same claim; the program's lock file keeps them from overlapping."""
+    """The cache Job's name. Sharers with different serving images, hub-token Secrets or hubs need different Jobs
+    (a Job's pod template is immutable), writing to the same claim; the program's lock file keeps them from
+    overlapping, and a Job that finds the cache complete only checks the pair with its own image."""
     ref, hub = dfd.spec.hub_token_secret_ref, hub_endpoint(dfd, config)
-    if ref is None and hub is None:
-        return cache_name(dfd)
-    # Without a hub the suffix is the one the token alone gave before hubs were configurable.
-    variant = f"{ref.name}/{ref.key}" if ref is not None else ""
-    if hub is not None:
-        variant += f"@{hub}"
+    variant = json.dumps([dfd.spec.image, f"{ref.name}/{ref.key}" if ref is not None else None, hub])
     return f"{cache_name(dfd)}-{hashlib.sha256(variant.encode()).hexdigest()[:6]}"
 
 
@@ -92,7 +100,23 @@ def render_cache_pvc(dfd: DFlashDeployment) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
 
 
-def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, Any]:
+# Both containers: no privileges, nothing written outside /tmp (and the cache, for fetch only).
+_RESTRICTED = {
+    "runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# The check container's shell: an image not built from images/vllm has no dflash-check-pair; then the operator's
+# own verdict stands and status says the serving vLLM did not judge the pair.
+_CHECK_SCRIPT = (
+    "if ! command -v dflash-check-pair >/dev/null 2>&1; then "
+    f"echo '{{\"{NO_CHECKER}\":\"the serving image has no dflash-check-pair (not built from images/vllm)\"}}' "
+    "> /dev/termination-log; exit 0; fi; "
+    'exec dflash-check-pair --output /dev/termination-log "$@"'
+)
+
+
+def _fetch_container(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, Any]:
     spec = dfd.spec
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": "/tmp/hf"},
@@ -102,11 +126,11 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
     if hub is not None:
         env.append({"name": "HF_ENDPOINT", "value": hub})
     if spec.hub_token_secret_ref is not None:
-        # The only place the token reaches: this Job's environment, by reference to the user's Secret.
+        # The only place the token reaches: this container's environment, by reference to the user's Secret.
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
             "name": spec.hub_token_secret_ref.name, "key": spec.hub_token_secret_ref.key}}})
-    container = {
-        "name": "fetch",
+    return {
+        "name": FETCH_CONTAINER,
         "image": config.image,
         # python3, not python: every Python image has python3; Debian's own python3 has no `python` beside it.
         "command": ["python3", "-m", "dflash_operator.fetch"],
@@ -114,17 +138,40 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
             "--target", f"{spec.target.repo}@{spec.target.revision}",
             "--draft", f"{spec.draft.repo}@{spec.draft.revision}",
             "--dest", CACHE_MOUNT,
+            "--pair-verdict-by-image",
         ],
         "env": env,
         "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
         "terminationMessagePolicy": "File",
-        "securityContext": {
-            "runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _RESTRICTED,
     }
+
+
+def _check_container(dfd: DFlashDeployment) -> dict[str, Any]:
+    # num_speculative_tokens is each sharer's own choice, checked by the operator against the draft's block size.
+    return {
+        "name": CHECK_CONTAINER,
+        "image": dfd.spec.image,
+        "command": ["sh", "-c", _CHECK_SCRIPT, CHECK_CONTAINER],
+        "args": [f"{CACHE_MOUNT}/target", f"{CACHE_MOUNT}/draft"],
+        # Configs and tokenizer files only: no weights read, no GPU requested, no hub reached.
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"},
+                {"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": ""},
+                # vLLM's CUDA images set NVIDIA_VISIBLE_DEVICES=all; where the NVIDIA runtime is the node's
+                # default it would hand this pod every GPU of the node without a resource request.
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT, "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        # Importing vLLM (torch included) is the cost; nothing is loaded onto a device.
+        "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
+        # A crash leaves its log tail as the message, so status can say why the image could not judge the pair.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": _RESTRICTED,
+    }
+
+
+def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -132,25 +179,30 @@ def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, An
             "name": cache_job_name(dfd, config),
             "namespace": dfd.metadata["namespace"],
             "labels": cache_labels(dfd),
-            "annotations": _annotations(dfd),
+            "annotations": {**_annotations(dfd), f"{GROUP}/image": dfd.spec.image},
             # The Job is the cache's helper, not its owner: it goes with whoever uses the cache.
             "ownerReferences": [owner_reference(dfd.metadata, controller=False)],
         },
         "spec": {
             # Retries resume where the last attempt stopped; the manifest makes a finished cache a quick no-op.
             "backoffLimit": config.backoff_limit,
-            # Exits 3 and 4 are the program's verdicts ("cached, but the pair is incompatible", "no such repository
-            # or revision"): retrying cannot change them.
-            "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {
-                "containerName": "fetch", "operator": "In", "values": list(VERDICT_EXIT_CODES)}}]},
+            # Verdicts, not accidents: fetch's 3 and 4 ("cached, but incompatible", "no such repository or
+            # revision") and dflash-check-pair's 1 and 2. Retrying cannot change them.
+            "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {
+                    "containerName": FETCH_CONTAINER, "operator": "In", "values": list(VERDICT_EXIT_CODES)}},
+                {"action": "FailJob", "onExitCodes": {
+                    "containerName": CHECK_CONTAINER, "operator": "In", "values": list(CHECK_VERDICT_EXIT_CODES)}},
+            ]},
             "template": {
                 "metadata": {"labels": cache_labels(dfd)},
                 "spec": {
                     "restartPolicy": "Never",
-                    # The program talks to the hub only, never to the API server.
+                    # The programs talk to the hub only, never to the API server.
                     "automountServiceAccountToken": False,
                     "securityContext": {"fsGroup": 65532},
-                    "containers": [container],
+                    "initContainers": [_fetch_container(dfd, config)],
+                    "containers": [_check_container(dfd)],
                     "volumes": [
                         {"name": "cache", "persistentVolumeClaim": {"claimName": cache_name(dfd)}},
                         {"name": "tmp", "emptyDir": {}},

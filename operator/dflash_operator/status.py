@@ -141,6 +141,14 @@ def incompatible_pair_conditions(problems: list[str]) -> list[Condition]:
     ]
 
 
+def needs_newer_vllm_conditions(problems: list[str]) -> list[Condition]:
+    message = "; ".join(problems)
+    return [
+        *stalled_conditions("NeedsNewerVLLM", f"no GPU pod is created: {message}"),
+        *cache_ready_conditions(),
+    ]
+
+
 def merge_conditions(
     old: list[dict[str, Any]], new: list[Condition], generation: int, now: str
 ) -> list[Condition]:

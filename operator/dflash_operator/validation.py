@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from dflash_operator.api import RESERVED_VLLM_FLAGS, DFlashDeployment
 from dflash_operator.api.models import DNS_1035
 from dflash_operator.render import OPERATOR_ENV
+from dflash_operator.vllm_features import NEEDS_NEWER_VLLM, declared_version, missing_features
 
 # vLLM short forms of reserved flags; `-tp 2` would otherwise slip past the long-name check.
 _RESERVED_SHORT = frozenset({"-tp"})  # --tensor-parallel-size
@@ -57,4 +58,6 @@ def spec_problems(dfd: DFlashDeployment) -> list[SpecProblem]:
     clashing = sorted({e["name"] for e in OPERATOR_ENV} & {e.get("name") for e in spec.env})
     if clashing:
         problems.append(SpecProblem("EnvCollides", f"spec.env sets {clashing}, which the operator sets itself"))
+    source = "spec.vllmVersion" if spec.vllm_version else f"spec.image ({spec.image})"
+    problems += [SpecProblem(NEEDS_NEWER_VLLM, m) for m in missing_features(spec, declared_version(spec), source)]
     return problems

@@ -33,6 +33,13 @@ INVALID = {
     "draft-equals-target": (_spec(draft={"repo": "Qwen/Qwen3-Coder-Next"}),
                             "a model cannot be its own DFlash draft"),
     "tp-not-power-of-two": (_spec(tensorParallelSize=3), "tensorParallelSize must be a power of two"),
+    "draft-tp-neither-1-nor-target": (_spec(tensorParallelSize=4, draftTensorParallelSize=2),
+                                      "spec.draftTensorParallelSize must be 1 or spec.tensorParallelSize"),
+    "per-request-metrics-value": (_spec(perRequestSpeculativeMetrics="summary"),
+                                  'spec.perRequestSpeculativeMetrics: Unsupported value: "summary"'),
+    "vllm-version-not-a-version": (_spec(vllmVersion="latest"), "spec.vllmVersion in body should match"),
+    "extra-arg-per-request-metrics": (_spec(extraArgs=["--per-request-spec-decode-metrics=summary"]),
+                                      "extraArgs may not set a flag the operator sets"),
     "spec-tokens-zero": (_spec(numSpeculativeTokens=0),
                          "spec.numSpeculativeTokens: Invalid value: 0: spec.numSpeculativeTokens in body should be "
                          "greater than or equal to 1"),

@@ -15,6 +15,7 @@ from dflash_testkit.cachejob import (
     cache_job,
     fetch_result,
     finish_cache_job,
+    mark_fetching,
     start_cache_job,
     write_fetch_log,
 )
@@ -30,14 +31,17 @@ def test_cache_comes_first_and_gates_the_gpu_pods(control_plane: ControlPlane, a
     apply(control_plane, namespace, dfd("paired", cache={"size": "300Gi", "retainPolicy": "Delete"}))
     job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
     core = kubernetes.client.CoreV1Api(api_client)
-    pvc = core.read_namespaced_persistent_volume_claim(job.metadata.name, namespace)
+    claim = next(v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes if v.name == "cache")
+    assert job.metadata.name.startswith(claim + "-"), "the Job is named after its claim, plus its image and hub"
+    pvc = core.read_namespaced_persistent_volume_claim(claim, namespace)
     assert pvc.spec.access_modes == ["ReadWriteMany"] and pvc.spec.resources.requests["storage"] == "300Gi"
     assert pvc.metadata.labels["serving.dflash.dev/cache-pair"] == job.metadata.labels["serving.dflash.dev/cache-pair"]
     assert [r.name for r in pvc.metadata.owner_references] == ["paired"], "retainPolicy Delete: owned by its users"
     assert job.spec.template.spec.automount_service_account_token is False
-    args = job.spec.template.spec.containers[0].args
+    args = job.spec.template.spec.init_containers[0].args
     assert args == ["--target", "Qwen/Qwen3-Coder-Next@main", "--draft", "z-lab/Qwen3-Coder-Next-DFlash@main",
-                    "--dest", "/cache"]
+                    "--dest", "/cache", "--pair-verdict-by-image"]
+    assert job.spec.template.spec.containers[0].image == job.metadata.annotations["serving.dflash.dev/image"]
 
     waiting = wait_for(lambda: condition_is(api_client, namespace, "paired", "CacheReady", "False"), "CacheReady")
     assert condition(waiting, "ModelsCompatible")["status"] == "Unknown"
@@ -51,9 +55,10 @@ def test_cache_comes_first_and_gates_the_gpu_pods(control_plane: ControlPlane, a
     assert condition(ready, "CacheReady")["status"] == "True"
     assert ready["status"]["resolved"] == {"targetCommit": TARGET_COMMIT, "draftCommit": DRAFT_COMMIT}
     assert ready["status"]["cache"]["phase"] == "Complete"
+    assert ready["status"]["pairCheck"] == {"checkedBy": "vllm", "vllmVersion": "0.32.0", "draftLayout": "z-lab"}
     dep = wait_for(lambda: deployment(api_client, namespace, "paired"), "the serving Deployment")
     volume = next(v for v in dep.spec.template.spec.volumes if v.name == "models")
-    assert volume.persistent_volume_claim.claim_name == job.metadata.name
+    assert volume.persistent_volume_claim.claim_name == claim
     assert volume.persistent_volume_claim.read_only is True
     annotations = dep.spec.template.metadata.annotations
     assert annotations["serving.dflash.dev/target-commit"] == TARGET_COMMIT
@@ -89,8 +94,9 @@ def test_two_deployments_of_one_pair_share_one_cache(control_plane: ControlPlane
         wait_for(lambda name=name: deployment(api_client, namespace, name), f"the Deployment of {name}")
     jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace).items
     assert len(jobs) == 1
+    claim = next(v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes if v.name == "cache")
     assert kubernetes.client.CoreV1Api(api_client).read_namespaced_persistent_volume_claim(
-        job.metadata.name, namespace).metadata.owner_references is None, "retainPolicy Keep: the cache outlives users"
+        claim, namespace).metadata.owner_references is None, "retainPolicy Keep: the cache outlives users"
 
 
 def test_hub_token_stays_in_the_secret(control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
@@ -102,7 +108,7 @@ def test_hub_token_stays_in_the_secret(control_plane: ControlPlane, api_client, 
     finish_cache_job(api_client, namespace, fetch_result())
     wait_for(lambda: deployment(api_client, namespace, "gated"), "the Deployment")
     job = cache_job(api_client, namespace)
-    env = {e.name: e for e in job.spec.template.spec.containers[0].env}
+    env = {e.name: e for e in job.spec.template.spec.init_containers[0].env}
     assert env["HF_TOKEN"].value_from.secret_key_ref.name == "hub" and env["HF_TOKEN"].value is None
     everything = json.dumps([
         get_dfd(api_client, namespace, "gated"),
@@ -121,7 +127,8 @@ def test_download_progress_reaches_status_through_the_pod_log(control_plane: Con
                 "draft": {"bytesDone": 1_000, "bytesTotal": 1_000}}
     write_fetch_log(control_plane, ['{"event":"resolved"}', progress_line(snapshot)])
     apply(control_plane, namespace, dfd("progress"))
-    start_cache_job(api_client, namespace)
+    _, pod = start_cache_job(api_client, namespace)
+    mark_fetching(api_client, namespace, pod)
 
     def progressed():
         cache = (get_dfd(api_client, namespace, "progress").get("status") or {}).get("cache", {})

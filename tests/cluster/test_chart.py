@@ -17,26 +17,15 @@ import yaml
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane, free_port, http_ok
 from dflash_testkit.dfd import condition_is, deployment, dfd, mark_pods_ready
+from dflash_testkit.helm import CHART, helm
 from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "dflash-operator"
 GOLDEN = Path(__file__).parent / "golden"
 RELEASE, OPS = "dfo", "dflash-system"
 SA = f"system:serviceaccount:{OPS}:{RELEASE}-dflash-operator"
-
-
-def helm(plane: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([plane.binary("helm"), f"--kubeconfig={plane.kubeconfig}", *args],
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "HELM_CACHE_HOME": str(plane.workdir / "helm-cache"),
-                                 "HELM_CONFIG_HOME": str(plane.workdir / "helm-config"),
-                                 "HELM_DATA_HOME": str(plane.workdir / "helm-data")})
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
-    return result
 
 
 @pytest.fixture(scope="module")

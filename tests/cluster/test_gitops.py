@@ -98,7 +98,7 @@ def test_flux_kstatus_fails_an_incompatible_pair(control_plane: ControlPlane, ap
                                                  namespace: str) -> None:
     ssa(control_plane, namespace, dfd("unfit"))
     problem = {"code": "VocabSizeMismatch", "message": "target vocab_size 1024 != draft vocab_size 2048"}
-    finish_cache_job(api_client, namespace, fetch_result(problems=[problem]), exit_code=3)
+    finish_cache_job(api_client, namespace, fetch_result(problems=[problem]))
     stalled = wait_for(lambda: condition_is(api_client, namespace, "unfit", "Stalled", "True"), "Stalled=True")
     verdict = kstatus(control_plane, stalled)
     assert verdict["status"] == "Failed" and "vocab_size" in verdict["message"], verdict

@@ -94,8 +94,14 @@ def test_apply_to_a_speculative_completion(stack: Stack, core, namespace: str) -
     assert job.status.succeeded == 1
     (fetcher,) = job_pods(core, namespace, job.metadata.name)
     assert fetcher.spec.node_name == NODE_NAME
-    assert fetcher.spec.containers[0].image == stack.plane.node.images["operator"]
+    assert fetcher.spec.init_containers[0].image == stack.plane.node.images["operator"]
+    assert fetcher.status.init_container_statuses[0].state.terminated.exit_code == 0
+    # ... then the serving image's own vLLM judged the pair in the same pod, without a GPU: its version is known.
+    assert fetcher.spec.containers[0].image == stack.vllm_image
     assert fetcher.status.container_statuses[0].state.terminated.exit_code == 0
+    assert obj["status"]["pairCheck"] == {"checkedBy": "vllm", "vllmVersion": "0.32.0", "draftLayout": "z-lab"}
+    wide = stack.kubectl("-n", namespace, "get", "dfd", "tiny", "-o", "wide").stdout.splitlines()
+    assert "VLLM" in wide[0].split() and "0.32.0" in wide[1].split(), wide
 
     # The serving pod: on the real node, the rendered args exactly, the cache read-only, Ready through the probes.
     (pod,) = serving_pods(core, namespace, "tiny")
@@ -158,6 +164,7 @@ def test_an_incompatible_pair_stops_before_any_serving_pod(stack: Stack, core, n
     assert found["ModelsCompatible"]["reason"] == "IncompatiblePair"
     assert "hidden" in found["ModelsCompatible"]["message"], found["ModelsCompatible"]
     assert found["Stalled"]["status"] == "True" and found["CacheReady"]["status"] == "True"
+    assert obj["status"]["pairCheck"]["checkedBy"] == "vllm", "the serving vLLM's verdict, not only the operator's"
     apps = kubernetes.client.AppsV1Api(core.api_client)
     assert apps.list_namespaced_deployment(namespace).items == []
     assert serving_pods(core, namespace, "wide") == []

@@ -13,11 +13,13 @@ from dflash_operator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "serving.dflash.dev_dflashdeployments.yaml"
+CHART_CRD_FILE = REPO / "charts" / "dflash-operator" / "files" / "crd.yaml"
 
 
-def test_committed_crd_is_what_the_models_generate() -> None:
-    assert CRD_FILE.read_text() == render_crd_yaml(), (
-        "crds/ drifted from the API models: run `dflash-operator crd -o crds/serving.dflash.dev_dflashdeployments.yaml`"
+@pytest.mark.parametrize("committed", [CRD_FILE, CHART_CRD_FILE], ids=["crds", "chart"])
+def test_committed_crd_is_what_the_models_generate(committed: Path) -> None:
+    assert committed.read_text() == render_crd_yaml(), (
+        f"{committed.relative_to(REPO)} drifted from the API models: run `dflash-operator crd -o {committed}`"
     )
 
 

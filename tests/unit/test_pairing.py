@@ -417,3 +417,16 @@ def test_the_images_copy_of_this_module_is_identical() -> None:
     copy_ = (root / "images" / "vllm" / "plugin" / "dflash_vllm" / "pairing.py").read_text()
     assert copy_ == ours, ("images/vllm/plugin/dflash_vllm/pairing.py drifted; "
                            "cp operator/dflash_operator/pairing.py images/vllm/plugin/dflash_vllm/pairing.py")
+
+
+def test_a_verdict_too_long_for_a_termination_message_keeps_its_verdict_and_first_problem() -> None:
+    from dflash_operator.pairing import TERMINATION_LIMIT, verdict, verdict_message
+
+    problems = [Problem(f"Code{i}", "x" * 900) for i in range(10)]
+    long = verdict(problems, checked_by="vllm", vllm_version="0.32.0", draft_layout="z-lab", notes=["n" * 2000] * 3)
+    message = verdict_message(long)
+    assert len(message.encode()) < TERMINATION_LIMIT
+    cut = json.loads(message)
+    assert cut["compatible"] is False and cut["vllm_version"] == "0.32.0" and cut["problems"][0]["code"] == "Code0"
+    short = verdict([], checked_by="vllm", vllm_version="0.32.0", draft_layout="z-lab")
+    assert json.loads(verdict_message(short)) == short

@@ -19,6 +19,7 @@ from dflash_operator.ownership import FIELD_MANAGER, cache_field_manager
 from dflash_operator.reconcile import reconcile as reconcile_with
 from dflash_operator.render import CacheFacts
 from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name
+from dflash_testkit.cachejob import cache_pod_status, image_verdict
 from dflash_testkit.indexes import observed
 
 BODY = yaml.safe_load((Path(__file__).parent / "golden" / "minimal.input.yaml").read_text())
@@ -40,8 +41,10 @@ class RecordingKube:
         self.deployment_status = deployment_status or {}
         self.applied: list[tuple[str, str, str]] = []  # (kind, name, field manager)
         self.statuses: list[dict] = []
+        self.logs_read: list[tuple[str, str]] = []
 
-    def last_log_line(self, namespace: str, pod: str) -> str:
+    def last_log_line(self, namespace: str, pod: str, container: str) -> str:
+        self.logs_read.append((pod, container))
         return json.dumps({"event": "progress", "percent": 40.0})
 
     def apply(self, obj: dict, field_manager: str) -> dict:
@@ -61,9 +64,10 @@ def reconcile(kube: RecordingKube, body: dict, config: OperatorConfig, emit, wor
     reconcile_with(kube, world or observed(), ledger or Ledger(), body, config, emit)  # type: ignore[arg-type]
 
 
-def _completed_pod(result: CacheResult) -> dict:
-    return {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {"phase": "Succeeded",
-            "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": result.to_message()}}}]}}
+def _completed_pod(result: CacheResult, verdict: dict | None = None) -> dict:
+    """Both steps done: the fetch step left `result`, the serving image's check `verdict` (default: it agrees)."""
+    return {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": cache_pod_status(result, verdict=verdict)}
 
 
 def _conditions(status: dict) -> dict[str, tuple[str, str]]:
@@ -96,12 +100,15 @@ def test_the_new_jobs_first_event_costs_no_second_status_write() -> None:
 
 
 def test_running_download_reports_progress_from_the_log() -> None:
-    running = {"metadata": {"name": "p", "creationTimestamp": "T"}, "status": {"phase": "Running"}}
+    # The pod is Pending while its init container, the download step, runs; the log read is that container's.
+    fetching = {"metadata": {"name": "p", "creationTimestamp": "T"}, "status": {"phase": "Pending",
+                "initContainerStatuses": [{"name": "fetch", "state": {"running": {"startedAt": "T"}}}]}}
     kube = RecordingKube()
-    world = observed([job({"active": 1})], {("job", NS, JOB): [running]})
+    world = observed([job({"active": 1})], {("job", NS, JOB): [fetching]})
     reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None, world)
     assert kube.statuses[-1]["cache"] == {"name": cache_name(DFD), "phase": "Downloading",
                                           "message": "downloading target and draft: 40%", "percent": 40.0}
+    assert kube.logs_read == [("p", "fetch")]
 
 
 def test_verified_pair_applies_exactly_the_desired_objects_and_reports_the_rollout() -> None:
@@ -193,3 +200,32 @@ def test_a_second_pass_before_the_watch_catches_up_sends_nothing() -> None:
     # Same stale body and empty indexes, as when a child's event arrives before the CR's own update.
     reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: events.append(e), ledger=ledger)
     assert len(kube.applied) == 2 and len(kube.statuses) == 1 and events == []
+
+
+def test_the_serving_vllms_version_reaches_status_and_gates_the_fields_it_lacks() -> None:
+    """An image whose tag says no version passes the early check; the cache Job's check then finds vLLM 0.28.0,
+    which has no --per-request-spec-decode-metrics: no serving object, Stalled with the field and the version."""
+    body = copy.deepcopy(BODY)
+    body["spec"].update(image="registry.example/vllm:latest", perRequestSpeculativeMetrics="Summary")
+    dfd = DFlashDeployment.model_validate(body)
+    job_name = cache_job_name(dfd, CacheConfig())
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40)
+    completed = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job_name, "namespace": NS},
+                 "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    kube = RecordingKube()
+    old = _completed_pod(result, image_verdict(vllm_version="0.28.0"))
+    reconcile(kube, copy.deepcopy(body), OperatorConfig(), lambda *e: None,
+              observed([completed], {("job", NS, job_name): [old]}))
+    assert [k for k, _, _ in kube.applied] == ["PersistentVolumeClaim", "Job"]
+    status = kube.statuses[-1]
+    assert status["pairCheck"] == {"checkedBy": "vllm", "vllmVersion": "0.28.0", "draftLayout": "z-lab"}
+    assert _conditions(status)["Stalled"] == ("True", "NeedsNewerVLLM")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")["message"]
+    assert "spec.perRequestSpeculativeMetrics needs vLLM 0.29+" in stalled and "vLLM 0.28.0" in stalled
+
+    kube = RecordingKube()
+    new = _completed_pod(result, image_verdict(vllm_version="0.32.0"))
+    reconcile(kube, copy.deepcopy(body), OperatorConfig(), lambda *e: None,
+              observed([completed], {("job", NS, job_name): [new]}))
+    assert "Deployment" in [k for k, _, _ in kube.applied]
+    assert kube.statuses[-1]["pairCheck"]["vllmVersion"] == "0.32.0"

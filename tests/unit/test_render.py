@@ -91,6 +91,11 @@ def _with(case: str, **spec: object) -> DFlashDeployment:
     ({"extraArgs": ["-tp", "8"]}, "ExtraArgsCollide"),
     ({"resources": {"limits": {"amd.com/gpu": "1"}}}, "GpuInResources"),
     ({"env": [{"name": "HF_HOME", "value": "/tmp"}]}, "EnvCollides"),
+    # Before any download: the image tag declares vLLM 0.28, which has no per-request speculative metrics.
+    ({"image": "registry.example/vllm-dflash:v0.28.0-dflash.1", "perRequestSpeculativeMetrics": "Summary"},
+     "NeedsNewerVLLM"),
+    ({"image": "registry.example/vllm:latest", "vllmVersion": "0.24.0", "perRequestSpeculativeMetrics": "Summary"},
+     "NeedsNewerVLLM"),
 ])
 def test_unrenderable_specs_have_a_problem_with_a_reason(spec: dict, reason: str) -> None:
     assert [p.reason for p in spec_problems(_with("full", **spec))] == [reason]
@@ -108,11 +113,58 @@ def test_every_problem_is_reported_at_once_and_golden_inputs_have_none() -> None
 def test_hub_token_reaches_only_the_cache_job_and_by_reference() -> None:
     objects = render_all(load("full"))
     job = next(o for o in objects if o["kind"] == "Job")
-    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-    token = next(e for e in env if e["name"] == "HF_TOKEN")
+    pod = job["spec"]["template"]["spec"]
+    token = next(e for e in pod["initContainers"][0]["env"] if e["name"] == "HF_TOKEN")
     assert token == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
-    others = yaml.safe_dump_all([o for o in objects if o["kind"] != "Job"])
+    # Not even the Job's check step, which runs the serving image and never reaches the hub.
+    others = yaml.safe_dump_all([o for o in objects if o["kind"] != "Job"] + pod["containers"])
     assert "hf-token" not in others and "HF_TOKEN" not in others
+
+
+def test_the_pair_is_checked_by_the_serving_image_after_the_download_without_a_gpu() -> None:
+    from dflash_operator.render_cache import render_cache_job
+
+    dfd = _with("full", image="registry.example/vllm-dflash:v0.24.0-dflash.1")
+    job = render_cache_job(dfd, CacheConfig())
+    pod = job["spec"]["template"]["spec"]
+    (fetch,), (check,) = pod["initContainers"], pod["containers"]
+    assert fetch["image"] == CacheConfig().image and "--pair-verdict-by-image" in fetch["args"]
+    assert check["image"] == "registry.example/vllm-dflash:v0.24.0-dflash.1"
+    assert check["args"] == ["/cache/target", "/cache/draft"]
+    assert check["volumeMounts"][0] == {"name": "cache", "mountPath": "/cache", "readOnly": True}
+    assert not any("gpu" in r for part in check["resources"].values() for r in part)
+    env = {e["name"]: e["value"] for e in check["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["CUDA_VISIBLE_DEVICES"] == ""
+    # Verdicts of either step fail the Job at once; anything else (a crash, an OOM kill) is retried.
+    rules = {r["onExitCodes"]["containerName"]: r["onExitCodes"]["values"]
+             for r in job["spec"]["podFailurePolicy"]["rules"]}
+    assert rules == {"fetch": [3, 4], "check-pair": [1, 2]}
+
+
+def test_the_check_step_without_dflash_check_pair_leaves_a_readable_note(tmp_path) -> None:
+    """The check container's shell, run here: an image without the checker exits 0 and says so; with it, the
+    checker gets the cache paths and writes its verdict to the termination log."""
+    import json
+    import os
+    import subprocess
+
+    from dflash_operator.render_cache import render_cache_job
+
+    check = render_cache_job(load("minimal"), CacheConfig())["spec"]["template"]["spec"]["containers"][0]
+    script = check["command"][2].replace("/dev/termination-log", str(tmp_path / "message"))
+    bare = {"PATH": str(tmp_path / "empty-bin")}
+    result = subprocess.run(["/bin/sh", "-c", script, "check-pair", *check["args"]], env=bare)
+    assert result.returncode == 0
+    assert "has no dflash-check-pair" in json.loads((tmp_path / "message").read_text())["noChecker"]
+    fake = tmp_path / "bin" / "dflash-check-pair"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "$@" > "$2.args"; exit 1\n'.replace("$2.args", str(tmp_path / "args")))
+    os.chmod(fake, 0o755)
+    result = subprocess.run(["/bin/sh", "-c", script, "check-pair", *check["args"]],
+                            env={"PATH": f"{fake.parent}:/usr/bin:/bin"})
+    assert result.returncode == 1
+    assert (tmp_path / "args").read_text().split() == ["--output", str(tmp_path / "message"), "/cache/target",
+                                                       "/cache/draft"]
 
 
 def test_serving_pods_mount_the_cache_read_only_and_run_offline() -> None:
@@ -163,9 +215,10 @@ def test_sharers_with_different_token_secrets_get_their_own_job_on_the_same_clai
 
     plain, gated = load("minimal"), _with("minimal", hubTokenSecretRef={"name": "hub"})
     other = _with("minimal", hubTokenSecretRef={"name": "other-hub"})
-    names = [cache_job_name(dfd, CacheConfig()) for dfd in (plain, gated, other)]
-    assert names[0] == cache_name(plain) and len(set(names)) == 3
-    for dfd in (plain, gated, other):
+    newer = _with("minimal", image="ghcr.io/dflash-dev/vllm-dflash:v0.24.0-dflash.1")
+    names = [cache_job_name(dfd, CacheConfig()) for dfd in (plain, gated, other, newer)]
+    assert all(n.startswith(cache_name(plain) + "-") for n in names) and len(set(names)) == 4
+    for dfd in (plain, gated, other, newer):
         volumes = render_cache_job(dfd, CacheConfig())["spec"]["template"]["spec"]["volumes"]
         assert volumes[0]["persistentVolumeClaim"]["claimName"] == cache_name(plain)
 
@@ -174,7 +227,7 @@ def test_hub_endpoint_from_the_spec_wins_over_the_operators_and_names_its_own_jo
     from dflash_operator.render_cache import cache_job_name, render_cache_job
 
     def hub_env(dfd, config: CacheConfig) -> list[str]:
-        env = render_cache_job(dfd, config)["spec"]["template"]["spec"]["containers"][0]["env"]
+        env = render_cache_job(dfd, config)["spec"]["template"]["spec"]["initContainers"][0]["env"]
         return [e["value"] for e in env if e["name"] == "HF_ENDPOINT"]
 
     plain, mirrored = load("minimal"), _with("minimal", hubEndpoint="https://hub.example.internal/hf")

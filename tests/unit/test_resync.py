@@ -58,7 +58,14 @@ def test_nothing_to_read_costs_no_pass(memo, runs, validations) -> None:
 
 
 def test_a_running_download_is_followed_and_the_spec_validated_once_per_generation(memo, runs, validations) -> None:
-    seen = observed(pods={("job", "ns", JOB): [pod("Running", "10.0.0.9")]})
+    # The download is the cache pod's init container: the pod is Pending while it runs.
+    fetching = pod("Pending", "10.0.0.9")
+    fetching["status"]["initContainerStatuses"] = [{"name": "fetch", "state": {"running": {}}}]
+    checking = pod("Running", "10.0.0.9")   # the check step runs: no progress lines to follow
+    checking["status"]["initContainerStatuses"] = [{"name": "fetch", "state": {"terminated": {"exitCode": 0}}}]
+    handlers.resync(memo, observed(pods={("job", "ns", JOB): [checking]}), BODY)
+    assert runs == []
+    seen = observed(pods={("job", "ns", JOB): [fetching]})
     for _ in range(3):
         handlers.resync(memo, seen, BODY)
     assert runs == [("coder", False)] * 3 and len(validations) == 1

@@ -3,6 +3,8 @@ and model registry (see pair_cases.py for the drafts and the verdicts expected).
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pair_cases
@@ -19,10 +21,16 @@ def cases(tiny: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> di
 
 
 @pytest.fixture(scope="module")
-def judged(tiny: dict[str, Path], cases: dict[str, Path], plugin_dir: Path):
-    """Every case in one process, and the installed console script on one bad pair, side by side."""
-    cli = [str(plugin_dir / "bin" / "dflash-check-pair"), str(tiny["target-collapsed"]),
-           str(cases["speculators/vocab"])]
+def termination_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("check-pair-output") / "termination-log"
+
+
+@pytest.fixture(scope="module")
+def judged(tiny: dict[str, Path], cases: dict[str, Path], plugin_dir: Path, termination_log: Path):
+    """Every case in one process, and the installed console script on one bad pair, side by side (as the cache
+    Job's check step runs it: the verdict also to a termination-log file)."""
+    cli = [str(plugin_dir / "bin" / "dflash-check-pair"), "--output", str(termination_log),
+           str(tiny["target-collapsed"]), str(cases["speculators/vocab"])]
     return pair_cases.judge_all_and_cli(tiny["target-collapsed"], cases, plugin_dir, cli,
                                         vllm_proc.vllm_env(plugin_dir))
 
@@ -67,8 +75,19 @@ def test_where_vllm_and_the_operator_disagree_vllm_wins_and_says_why(verdicts):
     assert verdicts["z-lab/no-vocab"]["problems"][0]["message"].startswith("draft vocab_size 151936 differs")
 
 
-def test_the_console_script_prints_one_json_verdict(judged):
+def test_the_console_script_prints_one_json_verdict(judged, termination_log: Path):
     code, verdict, _ = judged[1]
     assert code == 1
     assert [p["code"] for p in verdict["problems"]] == ["VocabSizeMismatch"]
     assert verdict["vllm_version"] == "0.32.0" and verdict["draft_layout"] == "speculators"
+    # What the operator reads back from the cache Job's pod: the same verdict, in its contract type (a stdlib-only
+    # module, imported from the source tree: this venv is the image's, without the operator).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
+    from dflash_operator.cache_result import PairVerdict
+
+    written = termination_log.read_text()
+    assert json.loads(written) == verdict and len(written.encode()) < 4096
+    read = PairVerdict.from_message(written)
+    assert read is not None and read.unavailable is None
+    assert (read.compatible, read.vllm_version, [p["code"] for p in read.problems]) == (
+        False, "0.32.0", ["VocabSizeMismatch"])

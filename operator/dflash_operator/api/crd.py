@@ -79,6 +79,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "Acceptance", "type": "number", "format": "float", "jsonPath": ".status.speculation.acceptanceRate",
          "description": "Fraction of draft tokens the target accepted."},
         {"name": "Cached%", "type": "number", "format": "float", "priority": 1, "jsonPath": ".status.cache.percent"},
+        {"name": "vLLM", "type": "string", "priority": 1, "jsonPath": ".status.pairCheck.vllmVersion",
+         "description": "vLLM version of the serving image, found by the cache Job's pair check."},
         {"name": "Reason", "type": "string", "priority": 1,
          "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -28,7 +28,7 @@ DEFAULT_PROBE_PROMPT = "def fibonacci(n):"
 # on argument order inside vLLM, so they are rejected at apply time (CEL) and again before rendering.
 RESERVED_VLLM_FLAGS = (
     "model", "served-model-name", "revision", "tokenizer", "tokenizer-revision", "speculative-config",
-    "tensor-parallel-size", "max-model-len", "host", "port", "download-dir",
+    "tensor-parallel-size", "max-model-len", "host", "port", "download-dir", "per-request-spec-decode-metrics",
 )
 _RESERVED_FLAG_REGEX = "^--(" + "|".join(f.replace("-", "[-_]") for f in RESERVED_VLLM_FLAGS) + ")(=.*)?$"
 
@@ -36,6 +36,8 @@ _RESERVED_FLAG_REGEX = "^--(" + "|".join(f.replace("-", "[-_]") for f in RESERVE
 DNS_1035 = "[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 # A Hugging Face repo id: owner/name, letters, digits, '-', '_', '.'.
 _REPO_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
+# A vLLM release as users write it: 0.32, 0.32.0, v0.32.1.
+VLLM_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?$"
 # A branch, tag or 40-hex commit; no whitespace, no '..', as git refs allow.
 _REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,254}$"
 
@@ -138,6 +140,10 @@ class DFlashDeploymentSpec(ApiModel):
             cel("self.draft.repo != self.target.repo",
                 "spec.draft.repo must differ from spec.target.repo: a model cannot be its own DFlash draft",
                 fieldPath=".draft.repo"),
+            cel("!has(self.draftTensorParallelSize) || self.draftTensorParallelSize == 1 "
+                "|| self.draftTensorParallelSize == self.tensorParallelSize",
+                "spec.draftTensorParallelSize must be 1 or spec.tensorParallelSize: vLLM runs the draft on one GPU "
+                "or across the target's", fieldPath=".draftTensorParallelSize"),
         ]},
     )
 
@@ -146,6 +152,24 @@ class DFlashDeploymentSpec(ApiModel):
     num_speculative_tokens: Annotated[int, Field(
         description="Tokens the draft proposes per step (vLLM num_speculative_tokens).", ge=1, le=32,
     )] = 8
+    draft_tensor_parallel_size: Annotated[int | None, Field(
+        description="GPUs the draft runs on (vLLM speculative config draft_tensor_parallel_size): 1, or "
+                    "spec.tensorParallelSize. Unset: vLLM's default, the target's tensor parallel size.",
+        ge=1, le=128,
+    )] = None
+    per_request_speculative_metrics: Annotated[Literal["Summary", "Detailed"] | None, Field(
+        description="Adds speculative-decoding figures to each single-sequence completion response, under "
+                    "metrics.speculative_decoding (vLLM --per-request-spec-decode-metrics): Summary gives acceptance "
+                    "rate, mean accepted length and a histogram, Detailed also the per-step arrays. Needs vLLM 0.29+; "
+                    "unset: off.",
+    )] = None
+    vllm_version: Annotated[str | None, Field(
+        description="The vLLM version of spec.image, for images whose tag does not start with it (vX.Y.Z...). It "
+                    "decides, before anything is downloaded, which typed fields the spec may use; the cache Job's "
+                    "pair check then reports the version the image really has (status.pairCheck.vllmVersion), "
+                    "which wins.",
+        pattern=VLLM_VERSION_PATTERN, max_length=32,
+    )] = None
     replicas: Annotated[int, Field(description="Number of serving pods.", ge=0, le=1000)] = 1
     tensor_parallel_size: Annotated[int, Field(
         description="GPUs per pod; vLLM --tensor-parallel-size. A power of two.",
@@ -164,7 +188,9 @@ class DFlashDeploymentSpec(ApiModel):
             "extraArgs may not set a flag the operator sets from the spec: "
             + ", ".join(f"--{f}" for f in RESERVED_VLLM_FLAGS),
         )]},
-        max_length=4096,
+        # The API server bounds a CEL rule's cost by its input's size x how often it can run (maxItems): with the
+        # reserved-flag regex, 4096 characters x 128 arguments exceeded that budget.
+        max_length=2048,
     )]], Field(description="Extra vLLM command-line arguments, appended after the operator's own.", max_length=128,
     )] = []
     max_model_len: Annotated[int | None, Field(
@@ -243,6 +269,21 @@ class ModelProgress(ApiModel):
     bytes_total: Annotated[int | None, Field(description="Bytes of the model at the resolved commit.")] = None
 
 
+class PairCheckStatus(ApiModel):
+    """Who judged the draft/target pair, once both models were cached."""
+
+    checked_by: Annotated[str | None, Field(
+        description="vllm: the serving image's vLLM judged the pair (dflash-check-pair); operator: the operator's "
+                    "rules alone, when the image has no dflash-check-pair.")] = None
+    vllm_version: Annotated[str | None, Field(description="The serving image's vLLM version, as it reported it.")
+                            ] = None
+    draft_layout: Annotated[str | None, Field(
+        description="The draft config's layout: z-lab (DFlash2 drafts included) or speculators.")] = None
+    notes: Annotated[list[str] | None, Field(
+        description="Where vLLM read the draft differently from the operator's rules, and which reading won.")
+    ] = None
+
+
 class CacheStatus(ApiModel):
     """The paired cache this deployment uses."""
 
@@ -267,6 +308,7 @@ class DFlashDeploymentStatus(ApiModel):
     endpoint: Annotated[str | None, Field(description="In-cluster URL of the OpenAI-compatible API.")] = None
     speculation: Annotated[SpeculationStatus | None, Field(description="Speculative decoding metrics.")] = None
     cache: Annotated[CacheStatus | None, Field(description="The paired model cache.")] = None
+    pair_check: Annotated[PairCheckStatus | None, Field(description="The pair check of the cached models.")] = None
 
 
 class DFlashDeployment(ApiModel):

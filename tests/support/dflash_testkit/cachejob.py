@@ -1,6 +1,7 @@
-"""Plays the kubelet for the cache Job's pod, which kwok cannot run: the pod ends with the exit code and the
-termination message that dflash_operator.fetch leaves (the hub tier runs that program for real), and a
-PersistentVolume is bound to the cache claim as a storage provisioner would."""
+"""Plays the kubelet for the cache Job's pod, which kwok cannot run: its two steps end with the exit codes and
+termination messages that dflash_operator.fetch (the hub tier runs it for real) and the serving image's
+dflash-check-pair (the vLLM tier runs it for real, the node tier both in a real pod) leave, and a PersistentVolume
+is bound to the cache claim as a storage provisioner would."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import datetime
 
 import kubernetes
 
-from dflash_operator.cache_result import CacheResult, problem_dicts
+from dflash_operator.cache_result import CHECK_CONTAINER, FETCH_CONTAINER, CacheResult, problem_dicts
+from dflash_operator.pairing import verdict_message
 from dflash_testkit.waiting import wait_for
 
 CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
 TARGET_COMMIT = "1" * 40
 DRAFT_COMMIT = "2" * 40
+IMAGE_VLLM_VERSION = "0.32.0"
 
 
 def termination_message(*, problems: list, **fields: object) -> str:
@@ -56,7 +59,7 @@ def write_fetch_log(plane, lines: list[str]) -> None:
 
 
 def start_cache_job(api_client, namespace: str):
-    """Binds the cache claim and waits until the cache pod runs; returns (cache name, pod)."""
+    """Binds the cache claim and waits until the cache pod runs; returns (the claim's name, pod)."""
     job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
     name = job.metadata.name
     claim = next(v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes
@@ -65,24 +68,64 @@ def start_cache_job(api_client, namespace: str):
     core = kubernetes.client.CoreV1Api(api_client)
     pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")
                                  .items if p.status.phase == "Running"), None), "the cache pod to run")
-    return name, pod
+    return claim, pod
 
 
-def finish_cache_job(api_client, namespace: str, result: CacheResult, exit_code: int = 0) -> str:
-    """Ends the running cache pod like the kubelet would; returns the cache name."""
+def image_verdict(problems: list[dict] | None = None, vllm_version: str = IMAGE_VLLM_VERSION,
+                  notes: list[str] | None = None) -> dict:
+    """What the serving image's dflash-check-pair decides, in its own format (pairing.verdict)."""
+    return {"compatible": not problems, "problems": problems or [], "checked_by": "vllm",
+            "vllm_version": vllm_version, "draft_layout": "z-lab", "notes": notes or []}
+
+
+def _terminated(name: str, image: str, code: int, message: str, at: str) -> dict:
+    return {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": 0, "started": False,
+            "state": {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                     "message": message, "startedAt": at, "finishedAt": at}}}
+
+
+def cache_pod_status(result: CacheResult, fetch_exit: int = 0, verdict: dict | str | None = None,
+                     images: tuple[str, str] = ("operator", "vllm"), at: str = "2026-01-01T00:00:00Z") -> dict:
+    """The pod status the kubelet reports when both steps have run (the check only when fetch exited 0). `verdict`:
+    the check's verdict (default: the image agrees with `result.problems`) or a raw termination message."""
+    fetch = _terminated(FETCH_CONTAINER, images[0], fetch_exit, result.to_message(), at)
+    if fetch_exit != 0:
+        check = {"name": CHECK_CONTAINER, "image": images[1], "imageID": "", "ready": False, "restartCount": 0,
+                 "started": False, "state": {"waiting": {"reason": "PodInitializing"}}}
+        return {"phase": "Failed", "initContainerStatuses": [fetch], "containerStatuses": [check]}
+    if verdict is None:
+        verdict = image_verdict(list(result.problems))
+    message = verdict if isinstance(verdict, str) else verdict_message(verdict)
+    check_exit = 0 if isinstance(verdict, str) or verdict["compatible"] else 1
+    return {"phase": "Succeeded" if check_exit == 0 else "Failed", "initContainerStatuses": [fetch],
+            "containerStatuses": [_terminated(CHECK_CONTAINER, images[1], check_exit, message, at)]}
+
+
+def mark_fetching(api_client, namespace: str, pod) -> None:
+    """Reports the download step running, as the kubelet does while the init container works. (The phase stays as
+    kwok set it: a Pending phase would make kwok start the pod over.)"""
+    at = pod.status.start_time.isoformat().replace("+00:00", "Z")
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {
+        "initContainerStatuses": [{"name": FETCH_CONTAINER, "image": pod.spec.init_containers[0].image,
+                                   "imageID": "", "ready": False, "restartCount": 0, "started": True,
+                                   "state": {"running": {"startedAt": at}}}],
+        "containerStatuses": [{"name": CHECK_CONTAINER, "image": pod.spec.containers[0].image, "imageID": "",
+                               "ready": False, "restartCount": 0, "started": False,
+                               "state": {"waiting": {"reason": "PodInitializing"}}}],
+    }})
+
+
+def finish_cache_job(api_client, namespace: str, result: CacheResult, exit_code: int = 0,
+                     verdict: dict | str | None = None) -> str:
+    """Ends the running cache pod like the kubelet would: the fetch step with `exit_code` and `result`, then (on 0)
+    the check step with `verdict` (default: the image agrees with the fetch step). Returns the cache's (claim's)
+    name."""
     name, pod = start_cache_job(api_client, namespace)
     core = kubernetes.client.CoreV1Api(api_client)
-    started = pod.status.container_statuses[0].state.running.started_at.isoformat().replace("+00:00", "Z")
+    at = pod.status.start_time.isoformat().replace("+00:00", "Z")
+    status = cache_pod_status(result, exit_code, verdict,
+                              (pod.spec.init_containers[0].image, pod.spec.containers[0].image), at)
     core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {
-        "phase": "Succeeded" if exit_code == 0 else "Failed",
-        "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
-        "containerStatuses": [{
-            "name": "fetch", "image": pod.spec.containers[0].image, "imageID": "", "ready": False,
-            "restartCount": 0, "started": False,
-            "state": {"terminated": {
-                "exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                "message": result.to_message(), "startedAt": started, "finishedAt": started,
-            }},
-        }],
-    }})
+        **status, "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]}})
     return name

@@ -9,7 +9,8 @@ version, and asks this vLLM itself
 - whether the target class it would load (after vLLM's general plugins, dflash-vllm's included) supports EAGLE-3
   hidden-state outputs, which a DFlash draft needs.
 Where the operator's reading and vLLM's disagree, vLLM's wins: the pair is judged on what vLLM read, and a note
-says what differed. Prints one JSON object (the operator's verdict format plus vllm_version and notes) on stdout;
+says what differed. Prints one JSON object (the operator's verdict format plus vllm_version and notes) on stdout,
+and with --output also writes it, cut to Kubernetes' 4 KiB, to that file (the cache Job's termination message);
 exit 0 compatible, 1 not, 2 unreadable input.
 """
 
@@ -146,12 +147,22 @@ def check(target_dir: Path, draft_dir: Path, num_speculative_tokens: int | None 
     return pairing.verdict(problems, checked_by="vllm", vllm_version=version, draft_layout=layout, notes=notes)
 
 
+def _version() -> str | None:
+    try:
+        import vllm
+    except ImportError:
+        return None
+    return vllm.__version__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dflash-check-pair",
                                      description="judge a DFlash draft/target pair with this image's vLLM (CPU only)")
     parser.add_argument("target_dir", type=Path)
     parser.add_argument("draft_dir", type=Path)
     parser.add_argument("--num-speculative-tokens", type=int, default=None)
+    parser.add_argument("--output", type=Path, default=None,
+                        help="also write the verdict here, under 4 KiB (e.g. /dev/termination-log)")
     args = parser.parse_args(argv)
     # vLLM logs to stdout by default; stdout carries only the verdict. Offline: the inputs are local directories.
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
@@ -161,8 +172,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = check(args.target_dir, args.draft_dir, args.num_speculative_tokens)
     except (pairing.PairInputError, OSError) as error:
         print(f"cannot check pair: {error}", file=sys.stderr)
+        if args.output is not None:
+            args.output.write_text(pairing.verdict_message(pairing.verdict(
+                [Problem("PairUnreadable", f"cannot check pair: {error}")], checked_by="vllm",
+                vllm_version=_version(), draft_layout="unknown")))
         return 2
     print(json.dumps(result))
+    if args.output is not None:
+        args.output.write_text(pairing.verdict_message(result))
     return 0 if result["compatible"] else 1
 
 

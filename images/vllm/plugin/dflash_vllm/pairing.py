@@ -483,6 +483,24 @@ def verdict(problems: list[Problem], *, checked_by: str, vllm_version: str | Non
             "vllm_version": vllm_version, "draft_layout": draft_layout, "notes": list(notes)}
 
 
+# Bytes Kubernetes keeps of a termination message, where the cache Job's check container leaves its verdict.
+TERMINATION_LIMIT = 4096
+
+
+def verdict_message(result: dict[str, Any]) -> str:
+    """A verdict as compact JSON under Kubernetes' 4 KiB termination-message cap: notes, then long messages are cut,
+    then trailing problems dropped; `compatible` and the first problem always survive."""
+    def text(v: dict[str, Any]) -> str:
+        return json.dumps(v, separators=(",", ":"))
+    if len(text(result).encode()) < TERMINATION_LIMIT:
+        return text(result)
+    cut = {**result, "notes": [n[:300] for n in result.get("notes") or []][:3],
+           "problems": [{**p, "message": str(p.get("message", ""))[:300]} for p in result.get("problems") or []]}
+    while len(text(cut).encode()) >= TERMINATION_LIMIT and (cut["notes"] or len(cut["problems"]) > 1):
+        (cut["notes"] or cut["problems"]).pop()
+    return text(cut)
+
+
 def main_check_pair(argv: Sequence[str] | None = None) -> int:
     """`dflash-operator check-pair TARGET_DIR DRAFT_DIR`: 0 compatible, 1 not, 2 unreadable input."""
     parser = argparse.ArgumentParser(prog="dflash-operator check-pair", description="check that a draft fits a target")
