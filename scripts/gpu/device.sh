@@ -7,6 +7,8 @@
 #                                        outlive this call: models.py mid, then bench.py start); run proof.py
 #   bash scripts/gpu/device.sh bench     bench.py measure (starts the engines itself on a machine that has none)
 #   bash scripts/gpu/device.sh diag      diag_random.py: where the random pair's output departs from no speculation
+#   bash scripts/gpu/device.sh checkpair the cache Job's check step (dflash-check-pair) on the GPU build, with the
+#                                        GPU and its driver visible and hidden (check_pair_nogpu.py)
 #   bash scripts/gpu/device.sh info      what the machine has (driver, GPU, torch)
 #
 # Files outside the tree ($LANE, default /root/gpu-lane) survive between calls while the machine is warm.
@@ -83,5 +85,6 @@ case ${1:-} in
     ;;
   bench) unpack; "$PY" "$ROOT/scripts/gpu/bench.py" measure ;;
   diag) unpack; "$PY" "$ROOT/scripts/gpu/diag_random.py" ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  checkpair) unpack; "$PY" "$ROOT/scripts/gpu/check_pair_nogpu.py" ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac
