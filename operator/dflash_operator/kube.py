@@ -48,15 +48,15 @@ class Kube:
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
 
-    def apply(self, obj: dict[str, Any], field_manager: str) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], field_manager: str, dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply with one field manager: idempotent, and a no-op write when nothing changed.
 
         force=True takes back fields someone edited by hand (drift repair); fields the operator never sets stay
-        with whoever set them."""
+        with whoever set them. dry_run: validation and admission run as for a real write, nothing is stored."""
         meta = obj["metadata"]
         path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
-        return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml",
-                          query=[("fieldManager", field_manager), ("force", "true")])
+        query = [("fieldManager", field_manager), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
+        return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml", query=query)
 
     def patch_dfd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status},

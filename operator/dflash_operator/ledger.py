@@ -32,6 +32,8 @@ class Ledger:
         # DFlashDeployment uid -> the status this process last wrote. The operator is status's only writer, so this
         # is the server's status even while the watch still shows an older one.
         self._status: dict[str, dict[str, Any]] = {}
+        # DFlashDeployment uid -> the generation whose serving Deployment passed the API server's dry run.
+        self._preflighted: dict[str, int] = {}
 
     def applied_unseen(self, obj: dict[str, Any]) -> bool:
         """True when exactly this object was applied and the watch has not shown it (nor its deletion) yet."""
@@ -55,6 +57,15 @@ class Ledger:
         with self._lock:
             self._status[uid] = status
 
+    def preflighted(self, uid: str, generation: int) -> bool:
+        with self._lock:
+            return self._preflighted.get(uid) == generation
+
+    def record_preflight(self, uid: str, generation: int) -> None:
+        with self._lock:
+            self._preflighted[uid] = generation
+
     def forget_owner(self, uid: str) -> None:
         with self._lock:
             self._status.pop(uid, None)
+            self._preflighted.pop(uid, None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
@@ -33,7 +33,7 @@ from dflash_operator.ledger import Ledger
 from dflash_operator.observed import Observed
 from dflash_operator.ownership import field_manager
 from dflash_operator.pairing import speculative_tokens_problems
-from dflash_operator.render import SERVING_PORT, CacheFacts, endpoint, selector_string
+from dflash_operator.render import SERVING_PORT, CacheFacts, endpoint, render_deployment, selector_string
 from dflash_operator.render_cache import cache_job_name, cache_name
 from dflash_operator.validation import spec_problems
 from dflash_operator.vllm_features import missing_features
@@ -83,13 +83,20 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         _stall(kube, ledger, body, problems[0].reason, "; ".join(p.message for p in problems), emit)
         return
 
-    outcome = _cache_outcome(kube, observed, namespace, cache_job_name(dfd, config.cache))
+    job_name = cache_job_name(dfd, config.cache)
+    try:
+        _preflight(kube, observed, ledger, dfd, config, job_name)
+    except _Rejected as error:
+        _stall(kube, ledger, body, "ChildRejected", f"nothing was downloaded: {error}", emit)
+        return
+
+    outcome = _cache_outcome(kube, observed, namespace, job_name)
     gate = _cache_gate(outcome, dfd.spec)
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
+    desired = desired_objects(dfd, config.render, config.cache, facts)
     try:
-        current = _apply_differing(kube, observed, ledger,
-                                   desired_objects(dfd, config.render, config.cache, facts), meta["uid"])
+        current = _apply_differing(kube, observed, ledger, desired, meta["uid"])
     except _Rejected as error:
         _stall(kube, ledger, body, "ChildRejected", str(error), emit)
         return
@@ -109,7 +116,8 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         _write_status(kube, ledger, body, new, gate, emit)
         return
 
-    facts_of_rollout = status.rollout_facts(current[-1], dfd.spec.replicas)  # the Deployment comes last
+    deployment = next(c for o, c in zip(desired, current, strict=True) if o["kind"] == "Deployment")
+    facts_of_rollout = status.rollout_facts(deployment, dfd.spec.replicas)
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
@@ -117,6 +125,35 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         new.speculation, healthy = status.speculation_figures(counters, pods, dfd.spec.readiness.min_acceptance_rate)
         conditions.append(healthy)
     _write_status(kube, ledger, body, new, conditions, emit)
+
+
+def _preflight(kube: Kube, observed: Observed, ledger: Ledger, dfd: DFlashDeployment, config: OperatorConfig,
+               job_name: str) -> None:
+    """Before a download starts, the serving Deployment goes through the API server's validation and admission
+    as a dry run: a spec it would refuse (a bad toleration, affinity, env entry or resource) stalls now, not after
+    hundreds of GB. Once per generation, and only while this spec's cache Job does not exist yet: from then on the
+    download is under way and the real apply reports the same errors."""
+    meta = dfd.metadata
+    if observed.child("batch/v1", "Job", meta["namespace"], job_name) is not None:
+        return
+    if ledger.preflighted(meta["uid"], meta.get("generation", 0)):
+        return
+    deployment = render_deployment(dfd, config.render, CacheFacts(claim_name=cache_name(dfd)))
+    try:
+        kube.apply(deployment, field_manager=field_manager(deployment, meta["uid"]), dry_run=True)
+    except ApiException as error:
+        _raise_api_error(error, deployment)
+    ledger.record_preflight(meta["uid"], meta.get("generation", 0))
+
+
+def _raise_api_error(error: ApiException, obj: dict[str, Any]) -> NoReturn:
+    """A failed write as the pass treats it: transient (retry with backoff), a rejection (stall), or a bug."""
+    if error.status in (409, 429) or (error.status or 0) >= 500:
+        raise RetryLater(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {error.status}",
+                         delay=2.0) from error
+    if error.status in (400, 422):
+        raise _Rejected(f"the API server rejected the {obj['kind']}: {_api_message(error)}") from error
+    raise error
 
 
 def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: list[dict[str, Any]], uid: str
@@ -137,12 +174,7 @@ def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: li
             current.append(kube.apply(obj, field_manager=field_manager(obj, uid)))
             ledger.record_apply(obj)
         except ApiException as error:
-            if error.status in (409, 429) or (error.status or 0) >= 500:
-                raise RetryLater(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {error.status}",
-                                 delay=2.0) from error
-            if error.status in (400, 422):
-                raise _Rejected(f"the API server rejected the {obj['kind']}: {_api_message(error)}") from error
-            raise
+            _raise_api_error(error, obj)
     return current
 
 

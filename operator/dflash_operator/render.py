@@ -231,5 +231,8 @@ def endpoint(dfd: DFlashDeployment) -> str:
 
 
 def serving_objects(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> list[dict[str, Any]]:
-    """What serves traffic, in apply order; rendered only once the paired cache is verified and compatible."""
-    return [render_service(dfd), render_pdb(dfd), render_deployment(dfd, config, cache)]
+    """What serves traffic, in apply order; rendered only once the paired cache is verified and compatible.
+
+    The Deployment first: it carries everything the user wrote into the pod (tolerations, affinity, env,
+    resources), so when the API server refuses it nothing else is applied, and no Service is left without pods."""
+    return [render_deployment(dfd, config, cache), render_service(dfd), render_pdb(dfd)]

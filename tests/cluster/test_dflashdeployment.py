@@ -163,14 +163,25 @@ def test_spec_admitted_but_unrenderable_is_stalled_without_children(
     wait_for(lambda: condition_is(api_client, namespace, "stuck", "Stalled", "False"), "Stalled=False")
 
 
-def test_child_rejected_by_the_api_server_stalls_with_its_message(
+def test_a_pod_spec_the_api_server_refuses_stalls_before_any_download(
     control_plane: ControlPlane, api_client, operator, namespace: str
 ) -> None:
-    # Tolerations pass through the CRD unchecked; the API server's Deployment validation is what rejects this one.
-    apply_with_cache(control_plane, api_client, namespace,
-                     dfd("tolerant", tolerations=[{"key": "nvidia.com/gpu", "operator": "Sometimes"}]))
+    # Tolerations pass through the CRD unchecked; the API server's Deployment validation is what rejects this one,
+    # and the operator asks it (a dry run) before it creates the cache claim and starts the download.
+    apply(control_plane, namespace, dfd("tolerant", tolerations=[{"key": "nvidia.com/gpu", "operator": "Sometimes"}]))
     stalled = wait_for(lambda: condition_is(api_client, namespace, "tolerant", "Stalled", "True"), "Stalled=True")
     cond = condition(stalled, "Stalled")
     assert cond["reason"] == "ChildRejected"
-    assert "the API server rejected the" in cond["message"] and "Sometimes" in cond["message"], cond["message"]
+    assert cond["message"].startswith("nothing was downloaded: the API server rejected the Deployment"), cond
+    assert "Sometimes" in cond["message"], cond["message"]
     assert deployment(api_client, namespace, "tolerant") is None
+    assert kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace).items == []
+    core = kubernetes.client.CoreV1Api(api_client)
+    assert core.list_namespaced_persistent_volume_claim(namespace).items == []
+    assert core.list_namespaced_service(namespace).items == [], "no Service without its Deployment"
+
+    # Fixing the spec goes on from there: the download, then the serving objects.
+    apply_with_cache(control_plane, api_client, namespace,
+                     dfd("tolerant", tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]))
+    wait_for(lambda: deployment(api_client, namespace, "tolerant"), "the Deployment after the fix")
+    wait_for(lambda: condition_is(api_client, namespace, "tolerant", "Stalled", "False"), "Stalled=False")

@@ -42,12 +42,16 @@ class RecordingKube:
         self.applied: list[tuple[str, str, str]] = []  # (kind, name, field manager)
         self.statuses: list[dict] = []
         self.logs_read: list[tuple[str, str]] = []
+        self.dry_runs: list[tuple[str, str, str]] = []
 
     def last_log_line(self, namespace: str, pod: str, container: str) -> str:
         self.logs_read.append((pod, container))
         return json.dumps({"event": "progress", "percent": 40.0})
 
-    def apply(self, obj: dict, field_manager: str) -> dict:
+    def apply(self, obj: dict, field_manager: str, dry_run: bool = False) -> dict:
+        if dry_run:  # validated, not stored: an answer, but nothing on the server changed
+            self.dry_runs.append((obj["kind"], obj["metadata"]["name"], field_manager))
+            return copy.deepcopy(obj)
         self.applied.append((obj["kind"], obj["metadata"]["name"], field_manager))
         answer = copy.deepcopy(obj)
         answer["metadata"]["generation"] = 1
@@ -79,6 +83,8 @@ def test_first_pass_applies_only_the_cache_and_says_it_is_downloading() -> None:
     reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: events.append(e))
     shared = cache_field_manager(UID)
     assert kube.applied == [("PersistentVolumeClaim", cache_name(DFD), shared), ("Job", JOB, shared)]
+    # Before the download: the serving Deployment went through the API server's validation, as a dry run.
+    assert kube.dry_runs == [("Deployment", DFD.metadata["name"], FIELD_MANAGER)]
     [status] = kube.statuses
     assert _conditions(status)["CacheReady"] == ("False", "Downloading")
     assert _conditions(status)["Ready"] == ("False", "CacheNotReady")
@@ -188,7 +194,7 @@ def test_children_the_server_already_holds_as_rendered_are_not_applied_again() -
     assert _conditions(kube.statuses[-1])["Ready"] == ("True", "AllReplicasReady")
 
     # Drift: someone scaled the Deployment by hand. Only that object is applied again.
-    on_server[-1]["spec"]["replicas"] = 5
+    next(o for o in on_server if o["kind"] == "Deployment")["spec"]["replicas"] = 5
     reconcile(kube, copy.deepcopy(BODY), config, lambda *e: None, observed(on_server, {
         ("job", NS, JOB): [_completed_pod(result)]}))
     assert [k for k, _, _ in kube.applied] == ["Deployment"]

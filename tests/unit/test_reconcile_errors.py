@@ -28,7 +28,7 @@ class RefusingKube:
         self.error.body = json.dumps({"message": message})
         self.statuses: list[dict] = []
 
-    def apply(self, obj: dict, field_manager: str = "") -> dict:
+    def apply(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
         raise self.error
     def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
         self.statuses.append(status)
@@ -69,7 +69,9 @@ class RejectingClaims(RefusingKube):
         super().__init__(422, 'PersistentVolumeClaim "dflash-cache-x" is invalid: spec.accessModes: Unsupported')
         self.applied: list[str] = []
 
-    def apply(self, obj: dict, field_manager: str = "") -> dict:
+    def apply(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
+        if dry_run:
+            return obj
         self.applied.append(obj["kind"])
         if obj["kind"] == "PersistentVolumeClaim":
             raise self.error
@@ -81,3 +83,54 @@ def test_a_rejected_cache_claim_stops_the_pass() -> None:
     reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
     assert kube.applied == ["PersistentVolumeClaim"], "applied more after the claim was rejected"
     assert len(kube.statuses) == 1
+
+
+class RejectingPods(RefusingKube):
+    """The API server's answer to a pod template it refuses (here, a toleration's operator); records applies."""
+
+    def __init__(self) -> None:
+        super().__init__(422, 'Deployment.apps "coder" is invalid: spec.template.spec.tolerations[0].operator: '
+                              'Unsupported value: "Sometimes"')
+        self.applied: list[str] = []
+        self.dry_runs: list[str] = []
+
+    def apply(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
+        (self.dry_runs if dry_run else self.applied).append(obj["kind"])
+        if obj["kind"] == "Deployment":
+            raise self.error
+        return obj
+
+
+def test_a_pod_spec_the_server_refuses_stalls_before_any_download() -> None:
+    kube, events = RejectingPods(), []
+    reconcile(kube, BODY, OperatorConfig(), lambda *a: events.append(a))
+    assert kube.dry_runs == ["Deployment"] and kube.applied == [], "no claim, no Job: nothing downloads"
+    stalled = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ChildRejected")
+    assert stalled["message"].startswith("nothing was downloaded: the API server rejected the Deployment: ")
+    assert "Sometimes" in stalled["message"]
+    assert ("Warning", "ChildRejected") in [e[:2] for e in events]
+
+
+def test_the_dry_run_happens_once_per_generation_and_not_once_the_download_is_under_way() -> None:
+    class Accepting(RejectingPods):
+        def apply(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
+            (self.dry_runs if dry_run else self.applied).append(obj["kind"])
+            return obj
+
+    kube, ledger = Accepting(), Ledger()
+    reconcile_with(kube, observed(), ledger, BODY, OperatorConfig(), lambda *a: None)
+    reconcile_with(kube, observed(), ledger, BODY, OperatorConfig(), lambda *a: None)
+    assert kube.dry_runs == ["Deployment"]
+    # A restarted operator (empty ledger) that finds the cache Job already there does not dry-run again.
+    from dflash_operator.api import DFlashDeployment
+    from dflash_operator.render_cache import CacheConfig, cache_job_name
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": cache_job_name(DFlashDeployment.model_validate(BODY), CacheConfig()), "namespace": "llm"}}
+    restarted = Accepting()
+    reconcile_with(restarted, observed([job]), Ledger(), BODY, OperatorConfig(), lambda *a: None)
+    assert restarted.dry_runs == []
+    changed = {**BODY, "metadata": {**BODY["metadata"], "generation": 2}}
+    reconcile_with(kube, observed(), ledger, changed, OperatorConfig(), lambda *a: None)
+    assert kube.dry_runs == ["Deployment", "Deployment"]
