@@ -34,7 +34,7 @@ from dflash_operator.observed import Observed
 from dflash_operator.ownership import field_manager
 from dflash_operator.pairing import speculative_tokens_problems
 from dflash_operator.render import SERVING_PORT, CacheFacts, endpoint, render_deployment, selector_string
-from dflash_operator.render_cache import cache_job_name, cache_name
+from dflash_operator.render_cache import cache_job_name, cache_name, claim_not_smaller
 from dflash_operator.validation import spec_problems
 from dflash_operator.vllm_features import missing_features
 
@@ -148,10 +148,15 @@ def _preflight(kube: Kube, observed: Observed, ledger: Ledger, dfd: DFlashDeploy
 
 def _raise_api_error(error: ApiException, obj: dict[str, Any]) -> NoReturn:
     """A failed write as the pass treats it: transient (retry with backoff), a rejection (stall), or a bug."""
+    # A namespace being deleted refuses new objects with 403; the DFlashDeployment goes with it: no verdict, and no
+    # hurry either.
+    if _namespace_terminating(error):
+        raise RetryLater(f"namespace {obj['metadata']['namespace']} is being deleted", delay=30.0) from error
     if error.status in (409, 429) or (error.status or 0) >= 500:
         raise RetryLater(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {error.status}",
                          delay=2.0) from error
-    if error.status in (400, 422):
+    # 403 is an answer too: a quota exceeded, an admission policy, a claim that cannot be resized, missing RBAC.
+    if error.status in (400, 403, 422):
         raise _Rejected(f"the API server rejected the {obj['kind']}: {_api_message(error)}") from error
     raise error
 
@@ -164,6 +169,8 @@ def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: li
     for obj in objects:
         meta = obj["metadata"]
         seen = observed.child(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        if obj["kind"] == "PersistentVolumeClaim":
+            obj = claim_not_smaller(obj, seen)
         if seen is not None and covers(seen, obj):
             current.append(seen)
             continue
@@ -208,6 +215,14 @@ def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec)
     return None
 
 
+def _namespace_terminating(error: ApiException) -> bool:
+    try:
+        causes = (json.loads(error.body or "").get("details") or {}).get("causes") or []
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return error.status == 403 and any(c.get("reason") == "NamespaceTerminating" for c in causes)
+
+
 def _api_message(error: ApiException) -> str:
     try:
         return str(json.loads(error.body or "").get("message", error.reason))
@@ -230,7 +245,12 @@ def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashD
     wire = status.to_wire(new)
     if not status.status_changed(old, wire):
         return
-    kube.patch_dfd_status(meta["namespace"], meta["name"], wire)
+    try:
+        kube.patch_dfd_status(meta["namespace"], meta["name"], wire)
+    except ApiException as error:
+        if error.status == 404:
+            return  # deleted since this pass began: nothing left to report on
+        raise
     ledger.record_status(meta["uid"], status.merge_patched(old, wire))
     for event in status.transition_events(old_conditions, new.conditions):
         emit(event.type, event.reason, event.message)

@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 from dflash_operator.api import GROUP, DFlashDeployment
 from dflash_operator.cache_result import (
     CHECK_CONTAINER,
@@ -169,6 +171,24 @@ def _check_container(dfd: DFlashDeployment) -> dict[str, Any]:
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": _RESTRICTED,
     }
+
+
+def claim_not_smaller(desired: dict[str, Any], observed: dict[str, Any] | None) -> dict[str, Any]:
+    """The shared claim as one sharer applies it: never asking for less than the claim already has. A claim cannot
+    shrink, and another sharer may have grown it; without this, sharers with different cache.size would take the
+    size from each other on every pass."""
+    if observed is None:
+        return desired
+    have = (((observed.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    want = desired["spec"]["resources"]["requests"]["storage"]
+    try:
+        larger = have is not None and parse_quantity(have) > parse_quantity(want)
+    except ValueError:
+        return desired
+    if not larger:
+        return desired
+    spec = {**desired["spec"], "resources": {**desired["spec"]["resources"], "requests": {"storage": have}}}
+    return {**desired, "spec": spec}
 
 
 def render_cache_job(dfd: DFlashDeployment, config: CacheConfig) -> dict[str, Any]:

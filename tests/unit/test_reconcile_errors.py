@@ -59,7 +59,17 @@ def test_rejection_stalls_with_the_servers_message() -> None:
 
 def test_other_errors_propagate() -> None:
     with pytest.raises(ApiException):
-        reconcile(RefusingKube(403), BODY, OperatorConfig(), lambda *a: None)
+        reconcile(RefusingKube(401), BODY, OperatorConfig(), lambda *a: None)
+
+
+def test_a_forbidden_write_is_an_answer_not_a_crash() -> None:
+    """Found by the fuzz test: a claim the storage cannot resize answers 403, as do exceeded quotas and admission
+    policies. It stalls with the server's message instead of failing the handler on every retry."""
+    kube = RefusingKube(403, 'persistentvolumeclaims "dflash-cache-x" is forbidden: exceeded quota: gpu-team')
+    reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
+    stalled = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "ChildRejected")
+    assert "exceeded quota: gpu-team" in stalled["message"]
 
 
 class RejectingClaims(RefusingKube):
@@ -134,3 +144,21 @@ def test_the_dry_run_happens_once_per_generation_and_not_once_the_download_is_un
     changed = {**BODY, "metadata": {**BODY["metadata"], "generation": 2}}
     reconcile_with(kube, observed(), ledger, changed, OperatorConfig(), lambda *a: None)
     assert kube.dry_runs == ["Deployment", "Deployment"]
+
+
+def test_a_terminating_namespace_is_waited_out_not_reported() -> None:
+    kube = RefusingKube(403, 'services "x" is forbidden: unable to create new content in namespace llm because it is '
+                             'being terminated')
+    kube.error.body = json.dumps({"message": "being terminated", "reason": "Forbidden", "details": {
+        "causes": [{"reason": "NamespaceTerminating", "message": "namespace llm is being terminated"}]}})
+    with pytest.raises(RetryLater):
+        reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
+    assert kube.statuses == []
+
+
+def test_a_deployment_deleted_during_the_pass_is_not_an_error() -> None:
+    class Gone(RefusingKube):
+        def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
+            raise ApiException(status=404, reason="Not Found")
+
+    reconcile(Gone(422, "rejected"), BODY, OperatorConfig(), lambda *a: None)   # returns quietly

@@ -239,3 +239,20 @@ def test_hub_endpoint_from_the_spec_wins_over_the_operators_and_names_its_own_jo
     names = {cache_job_name(plain, CacheConfig()), cache_job_name(plain, operator_mirror),
              cache_job_name(mirrored, operator_mirror)}
     assert len(names) == 3 and all(n.startswith(cache_name(plain)) for n in names)
+
+
+def test_sharers_of_a_claim_never_ask_it_to_shrink() -> None:
+    """Found by the fuzz test: two deployments of one pair with different cache.size took the claim's size from each
+    other (and a shrink is refused). A sharer asks for more only when it wants more than the claim has."""
+    from dflash_operator.render_cache import claim_not_smaller, render_cache_pvc
+
+    def size(claim: dict) -> str:
+        return claim["spec"]["resources"]["requests"]["storage"]
+
+    wants_200 = render_cache_pvc(_with("minimal", cache={"size": "200Gi"}))
+    assert claim_not_smaller(wants_200, None) == wants_200
+    grown = {**wants_200, "spec": {**wants_200["spec"], "resources": {"requests": {"storage": "1.5Ti"}}}}
+    assert size(claim_not_smaller(wants_200, grown)) == "1.5Ti"
+    small = {**wants_200, "spec": {**wants_200["spec"], "resources": {"requests": {"storage": "100Gi"}}}}
+    assert size(claim_not_smaller(wants_200, small)) == "200Gi", "a sharer that wants more still asks to grow"
+    assert size(wants_200) == "200Gi", "pure: the rendered claim is not changed"
