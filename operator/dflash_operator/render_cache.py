@@ -159,9 +159,11 @@ def _check_container(dfd: DFlashDeployment) -> dict[str, Any]:
         "args": [f"{CACHE_MOUNT}/target", f"{CACHE_MOUNT}/draft"],
         # Configs and tokenizer files only: no weights read, no GPU requested, no hub reached.
         "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_OFFLINE", "value": "1"},
-                {"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": ""},
+                {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
                 # vLLM's CUDA images set NVIDIA_VISIBLE_DEVICES=all; where the NVIDIA runtime is the node's
-                # default it would hand this pod every GPU of the node without a resource request.
+                # default it would hand this pod every GPU of the node without a resource request. (No
+                # CUDA_VISIBLE_DEVICES="": the API server drops empty values, so the stored Job would never match
+                # the rendered one and every pass would apply it again.)
                 {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
         "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT, "readOnly": True},
                          {"name": "tmp", "mountPath": "/tmp"}],

@@ -3,9 +3,10 @@ checkpair): `python3 -m dflash_vllm.check --output FILE TARGET DRAFT` with vLLM 
 CUDA torch, in three environments:
 
 - gpu: the machine as it is (the GPU and its driver visible), for comparison;
-- no-gpu: what the cache Job's check container gets (render_cache: CUDA_VISIBLE_DEVICES="",
-  NVIDIA_VISIBLE_DEVICES=void, so the NVIDIA runtime injects no device and no driver library): in a private mount
-  namespace, every libcuda / libnvidia-ml file and /dev/nvidia* are covered by empty ones, so no driver can load;
+- no-gpu: what the cache Job's check container gets (render_cache: no GPU requested, NVIDIA_VISIBLE_DEVICES=void,
+  so the NVIDIA runtime injects no device and no driver library): in a private mount namespace, every libcuda /
+  libnvidia-ml file and /dev/nvidia* are covered by empty ones, so no driver can load. (The 2026-12-03 run also set
+  CUDA_VISIBLE_DEVICES=""; the container no longer does, as the API server drops empty values.)
 - no-gpu-no-plugin: the same with VLLM_PLUGINS="" (no general plugin loads): the seed's bug must be the verdict.
 
 Pairs: the all-accepting tiny pair (compatible with the plugin) and a draft whose hidden size is doubled (refused).
@@ -65,7 +66,7 @@ def run(env_name: str, target: Path, draft: Path) -> dict:
     command = [sys.executable, "-m", "dflash_vllm.check", "--output", str(output), str(target), str(draft)]
     probe = [sys.executable, "-c", "import torch; print(torch.cuda.is_available())"]
     if env_name.startswith("no-gpu"):
-        env |= {"CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "void"}
+        env |= {"NVIDIA_VISIBLE_DEVICES": "void"}
         wrap = ["unshare", "--mount", "--propagation", "private", "bash", "-c", HIDE_DRIVER, "hide-driver"]
         command, probe = wrap + command, wrap + probe
     if env_name.endswith("no-plugin"):

@@ -134,7 +134,7 @@ def test_the_pair_is_checked_by_the_serving_image_after_the_download_without_a_g
     assert check["volumeMounts"][0] == {"name": "cache", "mountPath": "/cache", "readOnly": True}
     assert not any("gpu" in r for part in check["resources"].values() for r in part)
     env = {e["name"]: e["value"] for e in check["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     # Verdicts of either step fail the Job at once; anything else (a crash, an OOM kill) is retried.
     rules = {r["onExitCodes"]["containerName"]: r["onExitCodes"]["values"]
              for r in job["spec"]["podFailurePolicy"]["rules"]}
@@ -256,3 +256,22 @@ def test_sharers_of_a_claim_never_ask_it_to_shrink() -> None:
     small = {**wants_200, "spec": {**wants_200["spec"], "resources": {"requests": {"storage": "100Gi"}}}}
     assert size(claim_not_smaller(wants_200, small)) == "200Gi", "a sharer that wants more still asks to grow"
     assert size(wants_200) == "200Gi", "pure: the rendered claim is not changed"
+
+
+def _empty_strings(node: object, path: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [p for key, value in node.items() for p in _empty_strings(value, f"{path}.{key}")]
+    if isinstance(node, list):
+        return [p for i, value in enumerate(node) for p in _empty_strings(value, f"{path}[{i}]")]
+    return [path] if node == "" else []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rendered_children_hold_no_value_the_api_server_drops(case: str) -> None:
+    """Found by bench/scale.py (877 Job applies in 60 s idle): an env value "" is dropped by the API server, so the
+    stored Job never covered the rendered one and every pass applied it again. Empty strings in struct fields are
+    what it drops (omitempty); values in maps (labels, annotations) it keeps."""
+    objects = render_all(load(case))
+    dropped = [p for o in objects for p in _empty_strings(o, o["kind"])
+               if ".annotations." not in p and ".labels." not in p]   # map values: kept as written
+    assert dropped == []
