@@ -12,20 +12,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflash_operator.api.models import PairCheckStatus
 from dflash_operator.cache_result import CHECK_CONTAINER, FETCH_CONTAINER, CacheResult, PairVerdict
 
 DOWNLOADING, FAILED, COMPLETE = "Downloading", "Failed", "Complete"
-
-
-@dataclass(frozen=True)
-class PairCheck:
-    """Who judged the pair: the serving image's vLLM (its version known from then on), or the operator's rules alone
-    when the image could not (no dflash-check-pair in it, or a Job rendered before the check step existed)."""
-
-    checked_by: str  # "vllm" or "operator"
-    vllm_version: str | None = None
-    draft_layout: str | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -37,7 +27,7 @@ class CacheOutcome:
     problems: list[dict[str, str]] = field(default_factory=list)
     progress: dict[str, Any] = field(default_factory=dict)
     draft_block_size: int | None = None
-    pair_check: PairCheck | None = None
+    pair_check: PairCheckStatus | None = None  # who judged the pair: status.pairCheck as is
 
 
 DOWNLOADING_MESSAGE = "downloading target and draft"
@@ -106,12 +96,13 @@ def _verified(result: CacheResult, verdict: PairVerdict | None) -> CacheOutcome:
     over the operator's rules), else the operator's rules' from the fetch step."""
     if verdict is not None and verdict.unavailable is None:
         problems = list(verdict.problems)
-        check = PairCheck("vllm", verdict.vllm_version, verdict.draft_layout, list(verdict.notes))
+        check = PairCheckStatus(checked_by="vllm", vllm_version=verdict.vllm_version,
+                                draft_layout=verdict.draft_layout, notes=list(verdict.notes) or None)
     else:
         why = verdict.unavailable if verdict is not None else "the cache Job had no check step"
         problems = list(result.problems)
-        check = PairCheck("operator", notes=[f"judged by the operator's rules only: the serving image did not check "
-                                             f"the pair ({why})"])
+        check = PairCheckStatus(checked_by="operator", notes=[
+            f"judged by the operator's rules only: the serving image did not check the pair ({why})"])
     return CacheOutcome(COMPLETE, "both models are cached and verified", result.target_commit, result.draft_commit,
                         problems, {"percent": 100.0}, result.draft_block_size, check)
 

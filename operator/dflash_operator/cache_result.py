@@ -32,6 +32,18 @@ CHECK_VERDICT_EXIT_CODES = (1, 2)
 NO_CHECKER = "noChecker"
 
 
+def _decode(message: str) -> dict[str, Any] | str | None:
+    """A termination message as one of ours (a JSON object), else its last line (the runtime's own words, a crash's
+    log tail), else None (empty, or JSON that is not an object)."""
+    if not message.strip():
+        return None
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return message.strip().splitlines()[-1][:500]
+    return data if isinstance(data, dict) else None
+
+
 @dataclass(frozen=True)
 class CacheResult:
     ok: bool
@@ -62,13 +74,10 @@ class CacheResult:
     def from_message(cls, message: str) -> CacheResult | None:
         """The result in a termination message; a message that is not ours (the runtime's own, a crash) becomes
         an error result carrying its last line, and an empty one None."""
-        if not message.strip():
-            return None
-        try:
-            data = json.loads(message)
-        except ValueError:
-            return cls(ok=False, error=message.strip().splitlines()[-1][:500])
-        if not isinstance(data, dict):
+        data = _decode(message)
+        if isinstance(data, str):
+            return cls(ok=False, error=data)
+        if data is None:
             return None
         block = data.get("draftBlockSize")
         return cls(
@@ -103,13 +112,10 @@ class PairVerdict:
     def from_message(cls, message: str) -> PairVerdict | None:
         """The verdict in a termination message; a message that is not a verdict (a crash's log tail) becomes an
         unavailable verdict carrying its last line, and an empty one None."""
-        if not message.strip():
-            return None
-        try:
-            data = json.loads(message)
-        except ValueError:
-            return cls(compatible=False, unavailable=message.strip().splitlines()[-1][:500])
-        if not isinstance(data, dict):
+        data = _decode(message)
+        if isinstance(data, str):
+            return cls(compatible=False, unavailable=data)
+        if data is None:
             return None
         if data.get(NO_CHECKER):
             return cls(compatible=False, unavailable=str(data[NO_CHECKER])[:500])

@@ -21,7 +21,6 @@ from dflash_operator.api.models import (
     CacheStatus,
     Condition,
     DFlashDeploymentStatus,
-    PairCheckStatus,
     ResolvedRevisions,
 )
 from dflash_operator.cache_result import FETCH_CONTAINER
@@ -108,10 +107,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     )
     if outcome.target_commit or outcome.draft_commit:
         new.resolved = ResolvedRevisions(target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
-    if outcome.pair_check is not None:
-        check = outcome.pair_check
-        new.pair_check = PairCheckStatus(checked_by=check.checked_by, vllm_version=check.vllm_version,
-                                         draft_layout=check.draft_layout, notes=check.notes or None)
+    new.pair_check = outcome.pair_check
     if gate is not None:
         _write_status(kube, ledger, body, new, gate, emit)
         return

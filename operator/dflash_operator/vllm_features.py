@@ -19,20 +19,24 @@ NEEDS_NEWER_VLLM = "NeedsNewerVLLM"
 
 @dataclass(frozen=True)
 class Feature:
-    field: str  # the spec field, as the user writes it
+    attribute: str  # the spec model's attribute
     since: tuple[int, int]  # the first vLLM (major, minor) that has it
     what: str  # what vLLM calls it
 
+    @property
+    def field(self) -> str:
+        """The field as the user writes it (the model's camelCase alias)."""
+        return DFlashDeploymentSpec.model_fields[self.attribute].alias or self.attribute
+
     def used(self, spec: DFlashDeploymentSpec) -> bool:
-        return getattr(spec, _SNAKE[self.field]) is not None
+        return getattr(spec, self.attribute) is not None
 
 
 # vLLM 0.29 added --per-request-spec-decode-metrics (vllm#48915; not in 0.28.0). draftTensorParallelSize is in every
 # release images/vllm supports (0.22+), so it has no entry.
 FEATURES = (
-    Feature("perRequestSpeculativeMetrics", (0, 29), "--per-request-spec-decode-metrics"),
+    Feature("per_request_speculative_metrics", (0, 29), "--per-request-spec-decode-metrics"),
 )
-_SNAKE = {"perRequestSpeculativeMetrics": "per_request_speculative_metrics"}
 _TAG_VERSION = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)(?:[-+._].*)?$")
 
 
