@@ -58,6 +58,12 @@ def spec_problems(dfd: DFlashDeployment) -> list[SpecProblem]:
     clashing = sorted({e["name"] for e in OPERATOR_ENV} & {e.get("name") for e in spec.env})
     if clashing:
         problems.append(SpecProblem("EnvCollides", f"spec.env sets {clashing}, which the operator sets itself"))
+    names = [e.get("name") for e in spec.env]
+    repeated = sorted({n for n in names if names.count(n) > 1}, key=str)
+    if repeated:
+        # Found by the fuzz test: server-side apply cannot merge a list keyed by name that repeats a key; the API
+        # server answers 500 ("duplicate entries for key"), which looks transient and would be retried forever.
+        problems.append(SpecProblem("EnvRepeated", f"spec.env sets {repeated} more than once; give each name once"))
     source = "spec.vllmVersion" if spec.vllm_version else f"spec.image ({spec.image})"
     problems += [SpecProblem(NEEDS_NEWER_VLLM, m) for m in missing_features(spec, declared_version(spec), source)]
     return problems

@@ -91,6 +91,7 @@ def _with(case: str, **spec: object) -> DFlashDeployment:
     ({"extraArgs": ["-tp", "8"]}, "ExtraArgsCollide"),
     ({"resources": {"limits": {"amd.com/gpu": "1"}}}, "GpuInResources"),
     ({"env": [{"name": "HF_HOME", "value": "/tmp"}]}, "EnvCollides"),
+    ({"env": [{"name": "FOO", "value": "a"}, {"name": "FOO", "value": "b"}]}, "EnvRepeated"),
     # Before any download: the image tag declares vLLM 0.28, which has no per-request speculative metrics.
     ({"image": "registry.example/vllm-dflash:v0.28.0-dflash.1", "perRequestSpeculativeMetrics": "Summary"},
      "NeedsNewerVLLM"),
