@@ -24,6 +24,9 @@ class OperatorConfig:
     # Seconds between resync passes: drift repair and reading speculation metrics (chart: operator.resyncSeconds).
     resync_seconds: float = 30.0
     metrics_timeout_seconds: float = 2.0
+    # The fewest draft tokens a window must hold before its acceptance decides anything (SpeculationHealthy,
+    # Fallback): a handful of probe completions is too small a sample (chart: speculation.minDraftTokens).
+    speculation_min_draft_tokens: int = 200
     # Pod addresses the operator may dial for /metrics; empty allows every pod address. Tests allow only loopback.
     metrics_allowed_networks: tuple[Network, ...] = ()
     # The operator's own Prometheus endpoint; port 0 turns it off (chart: metrics.port).
@@ -74,6 +77,8 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
         cache=CacheConfig(image=environ.get("DFLASH_OPERATOR_IMAGE") or CacheConfig().image, hub_endpoint=hub),
         resync_seconds=resync,
         metrics_timeout_seconds=_number(environ, "DFLASH_METRICS_TIMEOUT_SECONDS", 2.0),
+        speculation_min_draft_tokens=int(_number(environ, "DFLASH_SPECULATION_MIN_DRAFT_TOKENS",
+                                                 defaults.speculation_min_draft_tokens, int)),
         metrics_allowed_networks=networks,
         metrics_port=int(_number(environ, "DFLASH_METRICS_PORT", 0, int)),
         metrics_address=environ.get("DFLASH_METRICS_ADDRESS") or defaults.metrics_address,

@@ -10,11 +10,12 @@ from dflash_operator.render_cache import CacheConfig, render_cache_job, render_c
 
 
 def desired_objects(dfd: DFlashDeployment, config: RenderConfig, cache_config: CacheConfig,
-                    cache: CacheFacts | None) -> list[dict[str, Any]]:
+                    cache: CacheFacts | None, speculate: bool = True) -> list[dict[str, Any]]:
     """The cache objects always; the serving objects once the cache is verified and the pair fits (`cache` given).
 
-    Assumes a spec without problems (validation.spec_problems); renders, never raises."""
+    `speculate` False renders the serving pods without the draft (a Fallback in force). Assumes a spec without
+    problems (validation.spec_problems); renders, never raises."""
     objects = [render_cache_pvc(dfd), render_cache_job(dfd, cache_config)]
     if cache is not None:
-        objects += serving_objects(dfd, config, cache)
+        objects += serving_objects(dfd, config, cache, speculate)
     return objects

@@ -42,6 +42,7 @@ from dflash_operator.ownership import CHILD_KINDS, MANAGED_BY, MANAGED_BY_LABEL
 from dflash_operator.reconcile import RetryLater, reconcile
 from dflash_operator.render_cache import cache_job_name
 from dflash_operator.scope import WatchScope
+from dflash_operator.speculation_window import Windows
 
 log = logging.getLogger(__name__)
 # The API server filters the child and pod watches by it (kopf's label_selectors), so no handler re-checks it.
@@ -65,6 +66,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # No progress or diff-base is written on the objects: event handlers need neither.
     memo.kube = Kube(load_client())
     memo.ledger = Ledger()
+    memo.windows = Windows()  # spec-decode readings of each DFlashDeployment's pods over its window
     memo.retries = set()
     memo.retries_lock = threading.Lock()
     # kopf hands each object a shallow copy of the memo: state every handler shares lives in mutable objects.
@@ -106,7 +108,8 @@ def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: 
 
     with memo.locks[meta.get("uid")], metrics.RECONCILE_SECONDS.time():
         try:
-            reconcile(memo.kube, observed, memo.ledger, dict(body), memo.config, emit, measure=measure)
+            reconcile(memo.kube, observed, memo.ledger, dict(body), memo.config, emit, measure=measure,
+                      windows=memo.windows)
         except RetryLater as error:
             metrics.RECONCILES.labels("retry").inc()
             log.info("retrying %s/%s in %.0f s: %s", meta["namespace"], meta["name"], error.delay, error)
@@ -163,6 +166,8 @@ def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: A
         memo.ledger.forget_owner(body.metadata.uid or "")
         memo.locks.pop(body.metadata.uid, None)  # one lock per live DFlashDeployment, not per one ever seen
         memo.cache_jobs.pop(body.metadata.uid, None)
+        memo.windows.forget(body.metadata.uid or "")
+        metrics.forget(body.metadata.namespace or "", body.metadata.name or "")
         return
     _run(memo, body, _observed(memo, kwargs))
 

@@ -109,11 +109,15 @@ class Observed:
     def serving_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return _values(self.indexes[PODS_INDEX], ("serving", namespace, name))
 
+    def running_pods(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        """(name, IP) of the serving pods whose vLLM may answer /metrics: running, ready or not. An unready pod's
+        counters are how the operator can say why it is unready (its own probes' drafts were rejected)."""
+        return [(p["metadata"]["name"], p["status"]["podIP"]) for p in self.serving_pods(namespace, name)
+                if p["status"]["phase"] == "Running" and p["status"]["podIP"]
+                and not p["metadata"]["deletionTimestamp"]]
+
     def running_pod_ips(self, namespace: str, name: str) -> list[str]:
-        """Serving pods whose vLLM may answer /metrics: running, ready or not. An unready pod's counters are how
-        the operator can say why it is unready (its own probes' drafts were rejected)."""
-        return [p["status"]["podIP"] for p in self.serving_pods(namespace, name) if p["status"]["phase"] == "Running"
-                and p["status"]["podIP"] and not p["metadata"]["deletionTimestamp"]]
+        return [ip for _, ip in self.running_pods(namespace, name)]
 
     def dfd_keys(self) -> list[tuple[str, str]]:
         """Every indexed DFlashDeployment; a snapshot, safe to take while the watches update the index."""

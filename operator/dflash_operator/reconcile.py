@@ -7,21 +7,24 @@ what differs, so a pass over an unchanged world sends nothing to the API server.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from dflash_operator import cache_outcome, speculation, status
+from dflash_operator import autopilot, cache_outcome, metrics, speculation, status
 from dflash_operator.api import DFlashDeployment, DFlashDeploymentSpec
 from dflash_operator.api.models import (
     CacheStatus,
     Condition,
     DFlashDeploymentStatus,
     ResolvedRevisions,
+    SpeculationStatus,
 )
 from dflash_operator.cache_result import FETCH_CONTAINER
 from dflash_operator.config import OperatorConfig
@@ -34,6 +37,7 @@ from dflash_operator.ownership import field_manager
 from dflash_operator.pairing import speculative_tokens_problems
 from dflash_operator.render import SERVING_PORT, CacheFacts, endpoint, render_deployment, selector_string
 from dflash_operator.render_cache import cache_job_name, cache_name, claim_not_smaller
+from dflash_operator.speculation_window import Windows
 from dflash_operator.validation import spec_problems
 from dflash_operator.vllm_features import missing_features
 
@@ -64,12 +68,12 @@ def _validation_message(error: ValidationError) -> str:
 
 
 def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, Any], config: OperatorConfig,
-              emit: EventSink, measure: bool = False) -> None:
+              emit: EventSink, measure: bool = False, windows: Windows | None = None) -> None:
     """Brings the children in line with the spec and writes status if anything changed.
 
     The serving objects exist only once both models are cached, verified and compatible, so no GPU pod is ever
-    created for a pair that cannot work. `measure` also reads the running pods' /metrics (the speculation timer);
-    otherwise the last measurement stays."""
+    created for a pair that cannot work. `measure` also reads the running pods' /metrics into the DFlashDeployment's
+    window (`windows`) and judges it (dflash_operator.autopilot); otherwise the last verdict stays."""
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation", 0)
     try:
@@ -93,7 +97,10 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     gate = _cache_gate(outcome, dfd.spec)
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
-    desired = desired_objects(dfd, config.render, config.cache, facts)
+    old_status = _last_status(ledger, body)
+    previous = _previous_speculation(old_status)
+    fallback = autopilot.fallback_in_force(dfd, previous)
+    desired = desired_objects(dfd, config.render, config.cache, facts, speculate=fallback is None)
     try:
         current = _apply_differing(kube, observed, ledger, desired, meta["uid"])
     except _Rejected as error:
@@ -117,10 +124,35 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
-        counters, pods = _measure(observed, namespace, name, config)
-        new.speculation, healthy = status.speculation_figures(counters, pods, dfd.spec.readiness.min_acceptance_rate)
-        conditions.append(healthy)
+        window = (windows or Windows()).of(meta["uid"])
+        span = dfd.spec.speculation.window_seconds
+        window.record(time.monotonic(), _measure(observed, namespace, name, config), span)
+        healthy = next((c for c in old_status.get("conditions") or [] if c.get("type") == status.SPECULATION_HEALTHY),
+                       None)
+        verdict = autopilot.judge(dfd, window.figures(time.monotonic(), span), previous, healthy,
+                                  datetime.datetime.now(datetime.UTC), config.speculation_min_draft_tokens)
+        new.speculation = verdict.figures
+        conditions.append(verdict.healthy)
+    elif previous is not None and previous.fallback is not None and fallback is None:
+        # Speculation is back (a spec change, or the resume annotation): the pods roll with the draft again.
+        new.speculation = SpeculationStatus()
+        conditions.append(status.condition(status.SPECULATION_HEALTHY, "Unknown", autopilot.NO_DRAFT_TOKENS_YET,
+                                           "speculation resumed; judged once the window holds enough draft tokens"))
     _write_status(kube, ledger, body, new, conditions, emit)
+    if new.speculation is not None:
+        metrics.publish_speculation(namespace, name, new.speculation, autopilot.floor(dfd))
+
+
+def _last_status(ledger: Ledger, body: dict[str, Any]) -> dict[str, Any]:
+    """Status as the server holds it: the ledger knows this process's last write before the watch shows it."""
+    return {**(body.get("status") or {}), **(ledger.last_status(body["metadata"]["uid"]) or {})}
+
+
+def _previous_speculation(old_status: dict[str, Any]) -> SpeculationStatus | None:
+    try:
+        return SpeculationStatus.model_validate(old_status["speculation"]) if old_status.get("speculation") else None
+    except ValidationError:
+        return None  # written by an older operator in another shape: judged afresh
 
 
 def _preflight(kube: Kube, observed: Observed, ledger: Ledger, dfd: DFlashDeployment, config: OperatorConfig,
@@ -234,15 +266,17 @@ def _stall(kube: Kube, ledger: Ledger, body: dict[str, Any], reason: str, messag
 def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashDeploymentStatus,
                   conditions: list[Condition], emit: EventSink) -> None:
     meta = body["metadata"]
-    old = {**(body.get("status") or {}), **(ledger.last_status(meta["uid"]) or {})}
+    old = _last_status(ledger, body)
     old_conditions = old.get("conditions") or []
     new.conditions = status.merge_conditions(old_conditions, conditions, meta.get("generation", 0),
                                              status.now_rfc3339())
+    metrics.publish_conditions(meta["namespace"], meta["name"], new.conditions)
     wire = status.to_wire(new)
     if not status.status_changed(old, wire):
         return
     try:
         kube.patch_dfd_status(meta["namespace"], meta["name"], wire)
+        metrics.STATUS_WRITES.inc()
     except ApiException as error:
         if error.status == 404:
             return  # deleted since this pass began: nothing left to report on
@@ -253,11 +287,10 @@ def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashD
 
 
 def _measure(observed: Observed, namespace: str, name: str, config: OperatorConfig
-             ) -> tuple[speculation.SpecCounters | None, int]:
-    """Sums the counters of every running pod since its start; returns them and how many pods answered."""
-    total: speculation.SpecCounters | None = None
-    pods = 0
-    for ip in observed.running_pod_ips(namespace, name):
+             ) -> dict[str, speculation.SpecCounters]:
+    """The counters of every running serving pod that answers, by pod (name and address)."""
+    readings: dict[str, speculation.SpecCounters] = {}
+    for pod_name, ip in observed.running_pods(namespace, name):
         try:
             url = speculation.metrics_url(ip, SERVING_PORT, config.metrics_allowed_networks)
             counters = speculation.read_pod_counters(url, config.metrics_timeout_seconds)
@@ -265,6 +298,5 @@ def _measure(observed: Observed, namespace: str, name: str, config: OperatorConf
             log.debug("no metrics from pod %s of %s/%s: %s", ip, namespace, name, error)
             continue
         if counters is not None:
-            total = counters if total is None else total + counters
-            pods += 1
-    return total, pods
+            readings[f"{pod_name}/{ip}"] = counters
+    return readings

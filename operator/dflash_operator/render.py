@@ -74,7 +74,8 @@ def speculative_config(spec: DFlashDeploymentSpec) -> str:
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
 
-def vllm_args(dfd: DFlashDeployment) -> list[str]:
+def vllm_args(dfd: DFlashDeployment, speculate: bool = True) -> list[str]:
+    """`speculate` False (spec.speculation.onLowAcceptance Fallback in force): the target alone, no draft."""
     spec = dfd.spec
     # --model rather than the positional form: both entrypoints of vLLM images (`vllm serve` from 0.9 on, the
     # api_server module before) accept it.
@@ -84,24 +85,28 @@ def vllm_args(dfd: DFlashDeployment) -> list[str]:
         "--host", "0.0.0.0",
         "--port", str(SERVING_PORT),
         "--tensor-parallel-size", str(spec.tensor_parallel_size),
-        "--speculative-config", speculative_config(spec),
     ]
+    if speculate:
+        args += ["--speculative-config", speculative_config(spec)]
     if spec.max_model_len is not None:
         args += ["--max-model-len", str(spec.max_model_len)]
-    if spec.per_request_speculative_metrics is not None:
+    if speculate and spec.per_request_speculative_metrics is not None:
         args += ["--per-request-spec-decode-metrics", spec.per_request_speculative_metrics.lower()]
     return args + list(spec.extra_args)
 
 
-def probe_command(dfd: DFlashDeployment, config: RenderConfig) -> list[str]:
+def probe_command(dfd: DFlashDeployment, config: RenderConfig, speculate: bool = True) -> list[str]:
     readiness = dfd.spec.readiness
+    # Without the draft the probe still runs a real completion; it only stops asking for accepted drafts. (The
+    # speculative form keeps its argument order: a changed pod template would roll every running pod.)
+    judged = ["--min-acceptance", f"{readiness.min_acceptance_rate:g}"] if speculate else ["--no-speculation"]
     return [
         config.probe_command,
         "--url", f"http://127.0.0.1:{SERVING_PORT}",
         "--model", dfd.spec.target.repo,
         "--prompt", readiness.probe_prompt,
         "--max-tokens", str(readiness.probe_max_tokens),
-        "--min-acceptance", f"{readiness.min_acceptance_rate:g}",
+        *judged,
         "--timeout", str(readiness.probe_timeout_seconds),
     ]
 
@@ -131,14 +136,15 @@ def _env(spec: DFlashDeploymentSpec) -> list[dict[str, Any]]:
     return [dict(e) for e in OPERATOR_ENV] + list(spec.env)
 
 
-def render_deployment(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> dict[str, Any]:
+def render_deployment(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts,
+                      speculate: bool = True) -> dict[str, Any]:
     spec, name = dfd.spec, dfd.metadata["name"]
-    probe = probe_command(dfd, config)
+    probe = probe_command(dfd, config, speculate)
     readiness = spec.readiness
     container = {
         "name": "vllm",
         "image": spec.image,
-        "args": vllm_args(dfd),
+        "args": vllm_args(dfd, speculate),
         "env": _env(spec),
         "ports": [{"name": "http", "containerPort": SERVING_PORT, "protocol": "TCP"}],
         "resources": _resources(spec),
@@ -195,6 +201,7 @@ def render_deployment(dfd: DFlashDeployment, config: RenderConfig, cache: CacheF
                 "metadata": {"labels": labels(name), "annotations": {
                     f"{GROUP}/target-commit": cache.target_commit or "",
                     f"{GROUP}/draft-commit": cache.draft_commit or "",
+                    **({} if speculate else {f"{GROUP}/speculation": "fallback"}),
                 }},
                 "spec": pod_spec,
             },
@@ -230,9 +237,10 @@ def endpoint(dfd: DFlashDeployment) -> str:
     return f"http://{dfd.metadata['name']}.{dfd.metadata['namespace']}.svc:{SERVING_PORT}/v1"
 
 
-def serving_objects(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts) -> list[dict[str, Any]]:
+def serving_objects(dfd: DFlashDeployment, config: RenderConfig, cache: CacheFacts, speculate: bool = True
+                    ) -> list[dict[str, Any]]:
     """What serves traffic, in apply order; rendered only once the paired cache is verified and compatible.
 
     The Deployment first: it carries everything the user wrote into the pod (tolerations, affinity, env,
     resources), so when the API server refuses it nothing else is applied, and no Service is left without pods."""
-    return [render_deployment(dfd, config, cache), render_service(dfd), render_pdb(dfd)]
+    return [render_deployment(dfd, config, cache, speculate), render_service(dfd), render_pdb(dfd)]

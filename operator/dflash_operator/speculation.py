@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label `position`, from 0
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,17 @@ class SpecCounters:
     drafts: float = 0.0
     draft_tokens: float = 0.0
     accepted_tokens: float = 0.0
+    accepted_by_position: tuple[float, ...] = ()
 
     def __add__(self, other: SpecCounters) -> SpecCounters:
         return SpecCounters(self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
-                            self.accepted_tokens + other.accepted_tokens)
+                            self.accepted_tokens + other.accepted_tokens,
+                            _by_position(self.accepted_by_position, other.accepted_by_position, 1.0))
+
+    def __sub__(self, other: SpecCounters) -> SpecCounters:
+        return SpecCounters(self.drafts - other.drafts, self.draft_tokens - other.draft_tokens,
+                            self.accepted_tokens - other.accepted_tokens,
+                            _by_position(self.accepted_by_position, other.accepted_by_position, -1.0))
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -33,19 +41,37 @@ class SpecCounters:
         # vLLM's own definition: every target step yields one token plus the accepted draft tokens.
         return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
 
+    @property
+    def acceptance_by_position(self) -> list[float] | None:
+        """vLLM's per-position rate: drafts whose token at that position was accepted, over all drafts."""
+        if not self.drafts or not self.accepted_by_position:
+            return None
+        return [accepted / self.drafts for accepted in self.accepted_by_position]
+
+
+def _by_position(a: tuple[float, ...], b: tuple[float, ...], sign: float) -> tuple[float, ...]:
+    longest = max(len(a), len(b))
+    a, b = a + (0.0,) * (longest - len(a)), b + (0.0,) * (longest - len(b))
+    return tuple(x + sign * y for x, y in zip(a, b, strict=True))
+
 
 def parse_counters(text: str) -> SpecCounters | None:
     """Sums the spec-decode counters over every engine; None when the server exposes none (no speculation)."""
     totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED_TOKENS: 0.0}
+    by_position: dict[int, float] = {}
     seen = False
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in totals:
                 totals[sample.name] += sample.value
                 seen = True
+            elif sample.name == ACCEPTED_PER_POSITION and sample.labels.get("position", "").isdigit():
+                position = int(sample.labels["position"])
+                by_position[position] = by_position.get(position, 0.0) + sample.value
     if not seen:
         return None
-    return SpecCounters(totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS])
+    positions = tuple(by_position.get(i, 0.0) for i in range(max(by_position) + 1)) if by_position else ()
+    return SpecCounters(totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS], positions)
 
 
 class AddressNotAllowed(ValueError):

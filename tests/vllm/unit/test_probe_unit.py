@@ -207,3 +207,16 @@ def test_a_proxy_in_the_environment_is_not_used(fake_vllm, capsys, monkeypatch):
     monkeypatch.setenv("no_proxy", "")
     _FakeVLLM.lag_s = 0.0
     assert probe.main(["--url", f"http://127.0.0.1:{fake_vllm.server_address[1]}", "--min-acceptance", "0"]) == 0
+
+
+def test_without_speculation_the_probe_asks_only_for_a_completion(fake_vllm, capsys):
+    # The Fallback pods serve the target alone: no counter ever moves, and that is not a failure.
+    _FakeVLLM.lag_s = 5.0
+    url = f"http://127.0.0.1:{fake_vllm.server_address[1]}"
+    assert probe.main(["--url", url, "--no-speculation", "--stats-wait", "0.3"]) == 0
+    assert capsys.readouterr().out == "OK 8 tokens generated without speculation (--no-speculation)\n"
+
+
+def test_without_speculation_a_server_that_is_down_still_fails(capsys):
+    assert probe.main(["--url", f"http://127.0.0.1:{_free_port()}", "--no-speculation", "--timeout", "1"]) == 1
+    assert capsys.readouterr().out.startswith("FAIL completion: server unreachable")

@@ -7,6 +7,7 @@ one short greedy completion to the local OpenAI server and passes only when
      `--per-request-spec-decode-metrics summary`) or else the `vllm:spec_decode_*` counters on /metrics, read
      before and after, show draft tokens, and
   3. the acceptance rate (accepted / draft tokens) is at least `--min-acceptance`.
+With `--no-speculation` (the operator's Fallback: the target served without its draft) only check 1 applies.
 It prints one line, `OK ...` or `FAIL <check>: ...`, and exits 0 or 1. Stdlib only, so it runs in any image with
 vLLM >= 0.20 and in tests without vLLM. The counters are server-wide: concurrent traffic during the probe is
 counted too, which can only add real speculation; per-request metrics, when enabled, are exact.
@@ -203,6 +204,8 @@ def run(args: argparse.Namespace) -> Result:
             if not models:
                 raise ProbeFailure("completion: /v1/models lists no model")
             model = models[0]["id"]
+        if args.no_speculation:
+            return _plain(client, model, args, start)
         before = client.counters(model)
         body = client.json("completion", "/v1/completions", {
             "model": model, "prompt": args.prompt, "max_tokens": args.max_tokens,
@@ -222,6 +225,15 @@ def run(args: argparse.Namespace) -> Result:
     except ProbeFailure as failure:
         check = str(failure).split(":", 1)[0]
         return Result(False, f"FAIL {failure}", check, time.monotonic() - start, tokens)
+
+
+def _plain(client: _Client, model: str, args: argparse.Namespace, start: float) -> Result:
+    """Check 1 alone: the server answers a real completion. Raises ProbeFailure like the speculative path."""
+    body = client.json("completion", "/v1/completions", {
+        "model": model, "prompt": args.prompt, "max_tokens": args.max_tokens, "temperature": 0, "ignore_eos": True})
+    tokens = completion_tokens(body)
+    return Result(True, f"OK {tokens} tokens generated without speculation (--no-speculation)", "ok",
+                  time.monotonic() - start, tokens)
 
 
 def _await_counters(client: _Client, model: str, before: SpecCounters, wait: float) -> SpecCounters:
@@ -246,6 +258,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds to wait for /metrics to reflect the completion")
     parser.add_argument("--min-acceptance", type=float, default=0.1,
                         help="lowest acceptable accepted/draft token ratio (0 only requires speculation)")
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="the server runs without a draft: only check that it completes")
     parser.add_argument("--json", metavar="PATH", help="also write the result as JSON to PATH")
     args = parser.parse_args(argv)
     if not 0 <= args.min_acceptance <= 1:

@@ -1,0 +1,133 @@
+"""reconcile with the speculation window: measured figures in status, a Fallback rendered, a resume rendered back."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+
+import pytest
+from test_reconcile import BODY, JOB, NS, RecordingKube, _completed_pod, job
+
+from dflash_operator import autopilot, metrics
+from dflash_operator import reconcile as reconcile_module
+from dflash_operator.api import DFlashDeployment
+from dflash_operator.cache_result import CacheResult
+from dflash_operator.config import OperatorConfig
+from dflash_operator.ledger import Ledger
+from dflash_operator.reconcile import reconcile
+from dflash_operator.speculation import SpecCounters
+from dflash_operator.speculation_window import Windows
+from dflash_testkit.indexes import observed
+
+NAME = BODY["metadata"]["name"]
+CONFIG = OperatorConfig(speculation_min_draft_tokens=10)
+
+
+def body(policy: str = "Fallback", resume: str | None = None, speculation_status: dict | None = None) -> dict:
+    b = copy.deepcopy(BODY)
+    b["spec"]["speculation"] = {"onLowAcceptance": policy, "fallbackAfterSeconds": 0, "minAcceptanceRate": 0.5}
+    if resume is not None:
+        b["metadata"]["annotations"] = {autopilot.RESUME_ANNOTATION: resume}
+    if speculation_status is not None:
+        b["status"] = {"speculation": speculation_status}
+    return b
+
+
+def world(pods: int = 1):
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40, draft_block_size=16)
+    serving = [{"metadata": {"name": f"{NAME}-{i}", "deletionTimestamp": None},
+                "status": {"phase": "Running", "podIP": f"127.0.0.{i + 1}", "ready": True}} for i in range(pods)]
+    return observed([job({"conditions": [{"type": "Complete", "status": "True"}]})],
+                    {("job", NS, JOB): [_completed_pod(result)], ("serving", NS, NAME): serving})
+
+
+def fallback_status(dfd_body: dict) -> dict:
+    dfd = DFlashDeployment.model_validate(dfd_body)
+    return {"acceptanceRate": 0.0, "fallback": {
+        "since": "2026-12-03T10:00:00Z", "message": "acceptance 0.00 ...",
+        "speculationFingerprint": autopilot.speculation_fingerprint(dfd), "resumeToken": autopilot.resume_token(dfd)}}
+
+
+def deployment_args(kube: RecordingKube) -> tuple[list[str], list[str], dict]:
+    deployment = next(o for o in kube.objects if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    return container["args"], container["readinessProbe"]["exec"]["command"], pod["metadata"]["annotations"]
+
+
+class KeepingKube(RecordingKube):
+    def __init__(self) -> None:
+        super().__init__({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1})
+        self.objects: list[dict] = []
+
+    def apply(self, obj: dict, field_manager: str, dry_run: bool = False) -> dict:
+        if not dry_run:
+            self.objects.append(copy.deepcopy(obj))
+        return super().apply(obj, field_manager, dry_run)
+
+
+def test_a_fallback_in_force_renders_the_pods_without_the_draft() -> None:
+    b = body(resume="1")
+    b["status"] = {"speculation": fallback_status(b)}
+    kube = KeepingKube()
+    reconcile(kube, world(), Ledger(), b, CONFIG, lambda *e: None)
+    args, probe, annotations = deployment_args(kube)
+    assert "--speculative-config" not in args and "--no-speculation" in probe and "--min-acceptance" not in probe
+    assert annotations["serving.dflash.dev/speculation"] == "fallback"
+
+
+def test_a_new_resume_annotation_rolls_the_draft_back_in_and_clears_the_fallback() -> None:
+    b = body(resume="1")
+    b["status"] = {"speculation": fallback_status(b)}
+    b["metadata"]["annotations"][autopilot.RESUME_ANNOTATION] = "2"
+    kube, events = KeepingKube(), []
+    reconcile(kube, world(), Ledger(), b, CONFIG, lambda *e: events.append(e))
+    args, probe, annotations = deployment_args(kube)
+    assert "--speculative-config" in args and "--min-acceptance" in probe
+    assert "serving.dflash.dev/speculation" not in annotations
+    [written] = kube.statuses
+    # The merge patch removes the fallback and the old figures: they no longer describe the pods.
+    assert written["speculation"]["fallback"] is None and written["speculation"]["acceptanceRate"] is None
+    healthy = next(c for c in written["conditions"] if c["type"] == "SpeculationHealthy")
+    assert (healthy["status"], healthy["reason"]) == ("Unknown", autopilot.NO_DRAFT_TOKENS_YET)
+
+
+def test_measured_passes_judge_the_window_and_write_only_when_a_rounded_figure_moves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([SpecCounters(0, 0, 0), SpecCounters(100, 400, 360), SpecCounters(200, 800, 720.4),
+                     SpecCounters(300, 1200, 1080.6)])
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(reconcile_module.time, "monotonic", lambda: float(next(clock)))
+    kube, ledger, windows, events = KeepingKube(), Ledger(), Windows(), []
+    for _ in range(4):
+        reconcile(kube, world(), ledger, body(policy="Alert"), CONFIG, lambda *e: events.append(e), measure=True,
+                  windows=windows)
+    figures = [s["speculation"] for s in kube.statuses if s.get("speculation", {}).get("acceptanceRate")]
+    # Passes 2-4 measure 0.9, 0.9005 and 0.9005 (mean 4.6, 4.602, 4.602): one write with figures, not three.
+    assert len(figures) == 1 and figures[0]["acceptanceRate"] == 0.9 and figures[0]["meanAcceptedLength"] == 4.6
+    healthy = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "SpeculationHealthy")
+    assert healthy["reason"] == autopilot.ABOVE_FLOOR
+    exposed = metrics.ACCEPTANCE_RATE.labels(NS, NAME)._value.get()  # noqa: SLF001 - the exported value
+    assert exposed == 0.9
+
+
+def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([SpecCounters(0, 0, 0), SpecCounters(100, 400, 0)])
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    kube, ledger, windows, events = KeepingKube(), Ledger(), Windows(), []
+    b = body()
+    b["status"] = {"conditions": [{"type": "SpeculationHealthy", "status": "True", "reason": "AcceptanceAboveFloor",
+                                   "message": "", "observedGeneration": 0, "lastTransitionTime": ""}]}
+    for _ in range(2):
+        reconcile(kube, world(), ledger, b, CONFIG, lambda *e: events.append(e), measure=True, windows=windows)
+    fallback = kube.statuses[-1]["speculation"]["fallback"]
+    assert fallback["speculationFingerprint"] == autopilot.speculation_fingerprint(DFlashDeployment.model_validate(b))
+    assert datetime.datetime.fromisoformat(fallback["since"].replace("Z", "+00:00"))
+    assert ("Warning", autopilot.FELL_BACK) in [(t, r) for t, r, _ in events]
+    assert metrics.FALLBACK.labels(NS, NAME)._value.get() == 1  # noqa: SLF001
+    # The next pass (the status write's own watch event) rolls the pods off the draft.
+    kube.objects.clear()
+    reconcile(kube, world(), ledger, b, CONFIG, lambda *e: None)
+    args, probe, _ = deployment_args(kube)
+    assert "--speculative-config" not in args and "--no-speculation" in probe
