@@ -74,8 +74,8 @@ def main() -> int:
         obj = json.loads(stack.kubectl("get", "dfd", NAME, "-o", "json").stdout)
         figures = obj["status"].get("speculation") or {}
         say(f"speculation: acceptance rate {figures.get('acceptanceRate')}, mean accepted length "
-            f"{figures.get('meanAcceptedLength')} ({figures.get('acceptedTokens')} of {figures.get('draftTokens')} "
-            "draft tokens, from the pod's /metrics)")
+            f"{figures.get('meanAcceptedLength')} over the last {figures.get('windowSeconds')} s "
+            "(from the pod's /metrics)")
         say(f"$ kubectl port-forward svc/{NAME} and POST /v1/completions")
         try:
             answer = complete_through_port_forward(stack, "default", NAME, max_tokens=12)

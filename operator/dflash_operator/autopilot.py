@@ -50,6 +50,12 @@ def speculation_fingerprint(dfd: DFlashDeployment) -> str:
                         spec.speculation.model_dump()])[:16]
 
 
+def window_epoch(dfd: DFlashDeployment) -> str:
+    """What a window's readings judge: the speculation fields and the resume annotation. A change starts the window
+    afresh, so a resume is judged on the pods that speculate again, not on the readings that caused the Fallback."""
+    return f"{speculation_fingerprint(dfd)}/{resume_token(dfd) or ''}"
+
+
 def resume_token(dfd: DFlashDeployment) -> str | None:
     return (dfd.metadata.get("annotations") or {}).get(RESUME_ANNOTATION)
 

@@ -124,7 +124,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
-        window = (windows or Windows()).of(meta["uid"])
+        window = (windows or Windows()).of(meta["uid"], autopilot.window_epoch(dfd))
         span = dfd.spec.speculation.window_seconds
         window.record(time.monotonic(), _measure(observed, namespace, name, config), span)
         healthy = next((c for c in old_status.get("conditions") or [] if c.get("type") == status.SPECULATION_HEALTHY),

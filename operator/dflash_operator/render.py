@@ -70,6 +70,10 @@ def speculative_config(spec: DFlashDeploymentSpec) -> str:
                               "num_speculative_tokens": spec.num_speculative_tokens}
     if spec.draft_tensor_parallel_size is not None:
         config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
+    schedule = spec.speculation.tokens_by_batch_size
+    if schedule is not None:
+        config["num_speculative_tokens_per_batch_size"] = [
+            [r.from_batch_size, r.to_batch_size, r.num_speculative_tokens] for r in schedule]
     # Compact and key-ordered, so the rendered args (and thus the pod template) are byte-stable across reconciles.
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 

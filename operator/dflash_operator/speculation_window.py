@@ -44,9 +44,11 @@ def increase(readings: list[Reading]) -> SpecCounters:
 
 
 class PodWindows:
-    """The readings of one DFlashDeployment's pods."""
+    """The readings of one DFlashDeployment's pods, for one epoch: what is being judged (the draft and the speculation
+    settings, and each resume after a Fallback). Readings of an earlier epoch describe something else."""
 
-    def __init__(self) -> None:
+    def __init__(self, epoch: str = "") -> None:
+        self.epoch = epoch
         self._pods: dict[PodKey, deque[Reading]] = {}
 
     def record(self, at: float, readings: dict[PodKey, SpecCounters], span: float) -> None:
@@ -92,9 +94,14 @@ class Windows:
         self._lock = threading.Lock()
         self._by_owner: dict[str, PodWindows] = {}
 
-    def of(self, uid: str) -> PodWindows:
+    def of(self, uid: str, epoch: str = "") -> PodWindows:
+        """The owner's window; an empty one when the epoch changed (a resumed Fallback must not be judged again on
+        the readings that caused it)."""
         with self._lock:
-            return self._by_owner.setdefault(uid, PodWindows())
+            window = self._by_owner.get(uid)
+            if window is None or window.epoch != epoch:
+                window = self._by_owner[uid] = PodWindows(epoch)
+            return window
 
     def forget(self, uid: str) -> None:
         with self._lock:

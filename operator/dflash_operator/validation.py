@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dflash_operator.api import RESERVED_VLLM_FLAGS, DFlashDeployment
+from dflash_operator.api import RESERVED_VLLM_FLAGS, DFlashDeployment, DFlashDeploymentSpec
 from dflash_operator.api.models import DNS_1035
 from dflash_operator.render import OPERATOR_ENV
 from dflash_operator.vllm_features import NEEDS_NEWER_VLLM, declared_version, missing_features
@@ -64,6 +64,27 @@ def spec_problems(dfd: DFlashDeployment) -> list[SpecProblem]:
         # Found by the fuzz test: server-side apply cannot merge a list keyed by name that repeats a key; the API
         # server answers 500 ("duplicate entries for key"), which looks transient and would be retried forever.
         problems.append(SpecProblem("EnvRepeated", f"spec.env sets {repeated} more than once; give each name once"))
+    problems += [SpecProblem("InvalidBatchSchedule", m) for m in batch_schedule_problems(spec)]
     source = "spec.vllmVersion" if spec.vllm_version else f"spec.image ({spec.image})"
     problems += [SpecProblem(NEEDS_NEWER_VLLM, m) for m in missing_features(spec, declared_version(spec), source)]
     return problems
+
+
+def batch_schedule_problems(spec: DFlashDeploymentSpec) -> list[str]:
+    """The CRD's CEL rules for spec.speculation.tokensByBatchSize, again for specs that did not come through the
+    API server (`dflash-operator render`): vLLM refuses the same at start-up, on a GPU."""
+    ranges = spec.speculation.tokens_by_batch_size
+    if ranges is None:
+        return []
+    where = "spec.speculation.tokensByBatchSize"
+    found = [f"{where}[{i}]: fromBatchSize {r.from_batch_size} exceeds toBatchSize {r.to_batch_size}"
+             for i, r in enumerate(ranges) if r.from_batch_size > r.to_batch_size]
+    found += [f"{where}[{i}] proposes {r.num_speculative_tokens} tokens, more than spec.numSpeculativeTokens "
+              f"({spec.num_speculative_tokens})" for i, r in enumerate(ranges)
+              if r.num_speculative_tokens > spec.num_speculative_tokens]
+    if not any(r.from_batch_size == 1 for r in ranges):
+        found.append(f"one range of {where} must start at fromBatchSize 1, so every batch size has a count")
+    ordered = sorted(ranges, key=lambda r: r.from_batch_size)
+    if any(b.from_batch_size <= a.to_batch_size for a, b in zip(ordered, ordered[1:], strict=False)):
+        found.append(f"the ranges of {where} must not overlap")
+    return found

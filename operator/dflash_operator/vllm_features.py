@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from dflash_operator.api import DFlashDeploymentSpec
 from dflash_operator.pairing import parse_version
 
@@ -19,23 +21,35 @@ NEEDS_NEWER_VLLM = "NeedsNewerVLLM"
 
 @dataclass(frozen=True)
 class Feature:
-    attribute: str  # the spec model's attribute
+    attribute: str  # the spec model's attribute, dotted for a nested one (speculation.tokens_by_batch_size)
     since: tuple[int, int]  # the first vLLM (major, minor) that has it
     what: str  # what vLLM calls it
 
     @property
     def field(self) -> str:
-        """The field as the user writes it (the model's camelCase alias)."""
-        return DFlashDeploymentSpec.model_fields[self.attribute].alias or self.attribute
+        """The field as the user writes it (the models' camelCase aliases)."""
+        model: type[BaseModel] = DFlashDeploymentSpec
+        names = []
+        for part in self.attribute.split("."):
+            info = model.model_fields[part]
+            names.append(info.alias or part)
+            if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+                model = info.annotation
+        return ".".join(names)
 
     def used(self, spec: DFlashDeploymentSpec) -> bool:
-        return getattr(spec, self.attribute) is not None
+        value: object = spec
+        for part in self.attribute.split("."):
+            value = getattr(value, part)
+        return value is not None
 
 
-# vLLM 0.29 added --per-request-spec-decode-metrics (vllm#48915; not in 0.28.0). draftTensorParallelSize is in every
-# release images/vllm supports (0.22+), so it has no entry.
+# vLLM 0.29 added --per-request-spec-decode-metrics (vllm#48915; not in 0.28.0); 0.24 the speculative config's
+# num_speculative_tokens_per_batch_size (vllm/v1/spec_decode/dynamic; not in 0.23.0). draftTensorParallelSize is in
+# every release images/vllm supports (0.22+), so it has no entry.
 FEATURES = (
     Feature("per_request_speculative_metrics", (0, 29), "--per-request-spec-decode-metrics"),
+    Feature("speculation.tokens_by_batch_size", (0, 24), "num_speculative_tokens_per_batch_size"),
 )
 _TAG_VERSION = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?)(?:[-+._].*)?$")
 

@@ -65,6 +65,27 @@ INVALID = {
                             "spec.draft.revision in body should match"),
     "startup-timeout-short": (_spec(readiness={"startupTimeoutSeconds": 10}),
                               "should be greater than or equal to 60"),
+    "on-low-acceptance-value": (_spec(speculation={"onLowAcceptance": "Disable"}),
+                                'spec.speculation.onLowAcceptance: Unsupported value: "Disable"'),
+    "window-too-short": (_spec(speculation={"windowSeconds": 5}),
+                         "spec.speculation.windowSeconds in body should be greater than or equal to 30"),
+    "batch-range-reversed": (_spec(speculation={"tokensByBatchSize": [
+        {"fromBatchSize": 1, "toBatchSize": 4, "numSpeculativeTokens": 4},
+        {"fromBatchSize": 9, "toBatchSize": 5, "numSpeculativeTokens": 2}]}),
+        "fromBatchSize must not exceed toBatchSize"),
+    "batch-ranges-overlap": (_spec(speculation={"tokensByBatchSize": [
+        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4},
+        {"fromBatchSize": 8, "toBatchSize": 16, "numSpeculativeTokens": 2}]}),
+        "the ranges of tokensByBatchSize must not overlap"),
+    "batch-ranges-not-from-1": (_spec(speculation={"tokensByBatchSize": [
+        {"fromBatchSize": 2, "toBatchSize": 8, "numSpeculativeTokens": 4}]}),
+        "one range of tokensByBatchSize must start at fromBatchSize 1"),
+    "batch-tokens-above-k": (_spec(numSpeculativeTokens=4, speculation={"tokensByBatchSize": [
+        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 6}]}),
+        "may not propose more tokens than spec.numSpeculativeTokens"),
+    "batch-key-misspelled": (_spec(speculation={"tokensByBatchSize": [
+        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeToken": 4}]}),
+        'unknown field "spec.speculation.tokensByBatchSize[0].numSpeculativeToken"'),
 }
 
 

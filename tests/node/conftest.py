@@ -16,6 +16,7 @@ import kubernetes
 import pytest
 
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds
+from dflash_testkit.flow import Stack, serving_stack
 from dflash_testkit.waiting import wait_for
 
 _PLANE: ControlPlane | None = None
@@ -54,6 +55,13 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     # Mounts elsewhere (image builds, other sessions' work) come and go on their own; the node's are under these.
     roots = (str(cp.workdir), "/run", "/var/lib", "/var/log", "/sys/fs/cgroup/", "/opt", "/etc")
     assert not before.diff(after, ignore_mounts_outside=roots), f"host state changed: {before.diff(after, roots)}"
+
+
+@pytest.fixture(scope="session")
+def stack(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The vLLM image on the node, the hub mirror with the tiny models, and the operator: shared by the flow tests."""
+    with serving_stack(plane, tmp_path_factory.mktemp("flow")) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

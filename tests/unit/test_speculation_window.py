@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dflash_operator.speculation import SpecCounters
-from dflash_operator.speculation_window import PodWindows, Reading, increase
+from dflash_operator.speculation_window import PodWindows, Reading, Windows, increase
 
 
 def c(drafts: float, draft_tokens: float, accepted: float, *positions: float) -> SpecCounters:
@@ -55,3 +55,13 @@ def test_per_position_counts_are_windowed_too() -> None:
     windows.record(30, {"a": c(20, 60, 25, 16, 7, 2)}, span=60)
     figures = windows.figures(30, span=60)
     assert figures is not None and figures.increase.acceptance_by_position == [0.8, 0.2, 0.0]
+
+
+def test_a_new_epoch_starts_the_window_afresh() -> None:
+    windows = Windows()
+    first = windows.of("uid", epoch="draft-a/")
+    first.record(0, {"a": c(0, 0, 0)}, span=60)
+    first.record(10, {"a": c(10, 40, 0)}, span=60)
+    assert windows.of("uid", epoch="draft-a/") is first
+    resumed = windows.of("uid", epoch="draft-a/1")   # the resume annotation was set
+    assert resumed is not first and resumed.figures(10, span=60) is None

@@ -8,8 +8,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from dflash_operator.api import DFlashDeploymentSpec
+from dflash_operator.api import DFlashDeployment, DFlashDeploymentSpec
 from dflash_operator.render import speculative_config, vllm_args
+from dflash_operator.validation import spec_problems
 from dflash_operator.vllm_features import declared_version, missing_features
 
 PAIR = {"target": {"repo": "Qwen/Qwen3-Coder-Next"}, "draft": {"repo": "z-lab/Qwen3-Coder-Next-DFlash"}}
@@ -59,3 +60,38 @@ def test_typed_fields_render_as_vllm_reads_them() -> None:
     args = vllm_args(tuned)
     assert args[args.index("--per-request-spec-decode-metrics") + 1] == "detailed"
     assert json.loads(speculative_config(tuned.spec))["draft_tensor_parallel_size"] == 1
+
+
+
+SCHEDULE = [{"fromBatchSize": 1, "toBatchSize": 4, "numSpeculativeTokens": 8},
+            {"fromBatchSize": 5, "toBatchSize": 32, "numSpeculativeTokens": 2},
+            {"fromBatchSize": 33, "toBatchSize": 1024, "numSpeculativeTokens": 0}]
+
+
+def test_a_batch_schedule_needs_vllm_024_and_is_named_by_its_full_path() -> None:
+    scheduled = spec(speculation={"tokensByBatchSize": SCHEDULE})
+    [message] = missing_features(scheduled, "0.23.0", "spec.vllmVersion")
+    assert message.startswith("spec.speculation.tokensByBatchSize needs vLLM 0.24+ "
+                              "(num_speculative_tokens_per_batch_size)")
+    assert missing_features(scheduled, "0.24.0", "spec.vllmVersion") == []
+
+
+def test_a_batch_schedule_renders_into_the_speculative_config_as_vllm_reads_it() -> None:
+    config = json.loads(speculative_config(spec(speculation={"tokensByBatchSize": SCHEDULE})))
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 4, 8], [5, 32, 2], [33, 1024, 0]]
+    assert "num_speculative_tokens_per_batch_size" not in json.loads(speculative_config(spec()))
+
+
+@pytest.mark.parametrize("schedule, problem", [
+    ([{"fromBatchSize": 2, "toBatchSize": 8, "numSpeculativeTokens": 2}], "must start at fromBatchSize 1"),
+    ([{"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 2},
+      {"fromBatchSize": 4, "toBatchSize": 9, "numSpeculativeTokens": 1}], "must not overlap"),
+    ([{"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 9}], "more than spec.numSpeculativeTokens (8)"),
+    ([{"fromBatchSize": 1, "toBatchSize": 1, "numSpeculativeTokens": 2},
+      {"fromBatchSize": 9, "toBatchSize": 3, "numSpeculativeTokens": 1}], "fromBatchSize 9 exceeds toBatchSize 3"),
+])
+def test_a_schedule_vllm_would_refuse_is_a_spec_problem_without_the_api_server(schedule: list, problem: str) -> None:
+    dfd = DFlashDeployment.model_validate({"metadata": {"name": "x", "namespace": "n"},
+                                           "spec": {**PAIR, "speculation": {"tokensByBatchSize": schedule}}})
+    problems = spec_problems(dfd)
+    assert [p.reason for p in problems] == ["InvalidBatchSchedule"] and problem in problems[0].message

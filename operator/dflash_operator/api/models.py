@@ -127,6 +127,20 @@ class ReadinessSpec(ApiModel):
     )] = 3600
 
 
+class BatchSizeTokens(ApiModel):
+    """How many tokens the draft proposes while the running batch is within [fromBatchSize, toBatchSize]."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        cel("self.fromBatchSize <= self.toBatchSize", "fromBatchSize must not exceed toBatchSize"),
+    ]})
+
+    from_batch_size: Annotated[int, Field(description="Smallest batch size of the range.", ge=1, le=65536)]
+    to_batch_size: Annotated[int, Field(description="Largest batch size of the range (inclusive).", ge=1, le=65536)]
+    num_speculative_tokens: Annotated[int, Field(
+        description="Tokens proposed per step in this range; 0 turns speculation off for it. At most "
+                    "spec.numSpeculativeTokens.", ge=0, le=32)]
+
+
 class SpeculationSpec(ApiModel):
     """How the operator watches speculation on live traffic, and what it does when the draft stops paying."""
 
@@ -150,6 +164,19 @@ class SpeculationSpec(ApiModel):
     fallback_after_seconds: Annotated[int, Field(
         description="How long the acceptance must stay under the floor before Fallback acts.", ge=0, le=604800,
     )] = 600
+    tokens_by_batch_size: Annotated[list[BatchSizeTokens] | None, Field(
+        description="Speculation that backs off under load (vLLM num_speculative_tokens_per_batch_size, vLLM "
+                    "0.24+): the draft tokens per step for ranges of the running batch size, e.g. 8 up to 4 "
+                    "sequences, 2 up to 32, 0 above. One range starts at 1; ranges do not overlap; a gap carries the "
+                    "range below it on. Unset: spec.numSpeculativeTokens at every batch size.",
+        min_length=1, max_length=16,
+        json_schema_extra={"x-kubernetes-validations": [
+            cel("self.exists(r, r.fromBatchSize == 1)",
+                "one range of tokensByBatchSize must start at fromBatchSize 1, so every batch size has a count"),
+            cel("self.all(a, self.all(b, a == b || a.toBatchSize < b.fromBatchSize "
+                "|| b.toBatchSize < a.fromBatchSize))", "the ranges of tokensByBatchSize must not overlap"),
+        ]},
+    )] = None
 
 
 def _power_of_two_rule() -> dict[str, Any]:
@@ -165,6 +192,10 @@ class DFlashDeploymentSpec(ApiModel):
             cel("self.draft.repo != self.target.repo",
                 "spec.draft.repo must differ from spec.target.repo: a model cannot be its own DFlash draft",
                 fieldPath=".draft.repo"),
+            cel("!has(self.speculation) || !has(self.speculation.tokensByBatchSize) || "
+                "self.speculation.tokensByBatchSize.all(r, r.numSpeculativeTokens <= self.numSpeculativeTokens)",
+                "spec.speculation.tokensByBatchSize may not propose more tokens than spec.numSpeculativeTokens",
+                fieldPath=".speculation.tokensByBatchSize"),
             cel("!has(self.draftTensorParallelSize) || self.draftTensorParallelSize == 1 "
                 "|| self.draftTensorParallelSize == self.tensorParallelSize",
                 "spec.draftTensorParallelSize must be 1 or spec.tensorParallelSize: vLLM runs the draft on one GPU "

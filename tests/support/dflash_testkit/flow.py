@@ -99,6 +99,7 @@ class Stack:
     commits: dict[str, str]
     vllm_image: str
     operator_log: Path
+    operator_metrics_port: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
@@ -181,12 +182,17 @@ def serving_stack(plane: ControlPlane, workdir: Path, progress: Progress = _quie
 
         operator_log = plane.workdir / "logs" / "operator.log"
         # What the chart sets from hub.endpoint, image and operator.metricsAllowedNetworks.
+        # A tiny model's probes propose a dozen draft tokens each: the window needs fewer before it judges than a
+        # real deployment's default (chart: operator.speculationMinDraftTokens).
+        metrics_port = free_port()
         settings = {"DFLASH_HUB_ENDPOINT": hub.endpoint, "DFLASH_OPERATOR_IMAGE": node.images["operator"],
                     "DFLASH_METRICS_ALLOWED_NETWORKS": BRIDGE_SUBNET,
-                    "DFLASH_RESYNC_SECONDS": str(resync_seconds)}
+                    "DFLASH_RESYNC_SECONDS": str(resync_seconds),
+                    "DFLASH_SPECULATION_MIN_DRAFT_TOKENS": "10",
+                    "DFLASH_METRICS_PORT": str(metrics_port), "DFLASH_METRICS_ADDRESS": "127.0.0.1"}
         stack.enter_context(running_operator(plane.kubeconfig, operator_log, settings))
         progress("operator running")
-        yield Stack(plane, hub, commits, str(imported["image"]), operator_log, timings)
+        yield Stack(plane, hub, commits, str(imported["image"]), operator_log, metrics_port, timings)
 
 
 def _mkdir(path: Path) -> Path:
