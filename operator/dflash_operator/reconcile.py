@@ -121,7 +121,8 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
 
     deployment = next(c for o, c in zip(desired, current, strict=True) if o["kind"] == "Deployment")
     facts_of_rollout = status.rollout_facts(deployment, dfd.spec.replicas)
-    conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout)
+    probe = status.SPECULATIVE_PROBE if fallback is None else status.PLAIN_PROBE
+    conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
         window = (windows or Windows()).of(meta["uid"], autopilot.window_epoch(dfd))

@@ -70,7 +70,11 @@ def rollout_facts(deployment: dict[str, Any] | None, desired: int) -> RolloutFac
     )
 
 
-def rollout_conditions(facts: RolloutFacts) -> list[Condition]:
+SPECULATIVE_PROBE = "the speculative probe"
+PLAIN_PROBE = "the completion probe (Fallback: the target alone, no draft)"
+
+
+def rollout_conditions(facts: RolloutFacts, probe: str = SPECULATIVE_PROBE) -> list[Condition]:
     done = (
         facts.observed_current
         and facts.updated >= facts.desired
@@ -79,7 +83,7 @@ def rollout_conditions(facts: RolloutFacts) -> list[Condition]:
     )
     if done:
         reason, message = ("ScaledToZero", "spec.replicas is 0") if facts.desired == 0 else (
-            "AllReplicasReady", f"{facts.ready}/{facts.desired} pods passed the speculative probe")
+            "AllReplicasReady", f"{facts.ready}/{facts.desired} pods passed {probe}")
         return [
             condition(READY, "True", reason, message),
             condition(RECONCILING, "False", reason, message),
@@ -90,7 +94,7 @@ def rollout_conditions(facts: RolloutFacts) -> list[Condition]:
         message = f"{facts.updated}/{facts.desired} pods run the current spec, {facts.ready} ready"
     else:
         reason = "WaitingForSpeculativeProbe"
-        message = f"{facts.ready}/{facts.desired} pods passed the speculative probe"
+        message = f"{facts.ready}/{facts.desired} pods passed {probe}"
     return [
         condition(READY, "False", reason, message),
         condition(RECONCILING, "True", reason, message),

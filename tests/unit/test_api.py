@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ from pydantic import ValidationError
 
 from dflash_operator.api import DFlashDeploymentSpec
 from dflash_operator.api.crd import build_crd, render_crd_yaml
+from dflash_operator.api.models import ModelRef, git_ref_problem
 from dflash_operator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,3 +94,27 @@ def test_the_default_image_is_the_newest_supported_vllm_release() -> None:
     newest = max(listed, key=lambda v: tuple(int(part) for part in v.split(".")))
     assert DEFAULT_VLLM_VERSION == newest
     assert DEFAULT_IMAGE.rsplit(":", 1)[1].startswith(f"v{newest}-")
+
+
+@pytest.mark.parametrize("revision, valid", [
+    ("main", True), ("v1.0", True), ("refs/pr/1", True), ("a" * 40, True), ("release/2026.12", True),
+    ("v1..v2", False), ("a//b", False), ("refs/.hidden", False), ("feature/", False), ("v1.", False),
+    ("x.lock", False), ("x.lock/y", False),
+])
+def test_revisions_follow_gits_ref_name_rules(revision: str, valid: bool) -> None:
+    # git check-ref-format agrees on every case here (checked by test_the_ref_rules_agree_with_git below).
+    if valid:
+        assert ModelRef(repo="a/b", revision=revision).revision == revision
+    else:
+        with pytest.raises(ValueError, match="git's ref-name rules"):
+            ModelRef(repo="a/b", revision=revision)
+
+
+def test_the_ref_rules_agree_with_git() -> None:
+    git = shutil.which("git")
+    assert git is not None, "git is needed to check the rule against git itself"
+    for revision in ["main", "v1.0", "refs/pr/1", "release/2026.12", "v1..v2", "a//b", "refs/.hidden", "feature/",
+                     "v1.", "x.lock", "x.lock/y", "a.b/c-d_e"]:
+        # --allow-onelevel: hub revisions are single names as often as paths.
+        agrees = subprocess.run([git, "check-ref-format", "--allow-onelevel", revision]).returncode == 0
+        assert (not git_ref_problem(revision)) == agrees, revision

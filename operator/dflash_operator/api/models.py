@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "serving.dflash.dev"
@@ -42,6 +42,20 @@ VLLM_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?$"
 _REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,254}$"
 
 
+# git check-ref-format's rules that the pattern above cannot say (RE2 has no lookahead): the hub resolves branches and
+# tags by git ref name, and a name git refuses can never resolve.
+_GIT_REF_RULE = ("!self.contains('..') && !self.contains('//') && !self.contains('/.') && !self.endsWith('/') "
+                 "&& !self.endsWith('.') && !self.endsWith('.lock') && !self.contains('.lock/')")
+_GIT_REF_MESSAGE = ("revision must follow git's ref-name rules: no '..' or '//', no part starting with '.' or "
+                    "ending with '.lock', no trailing '/' or '.'")
+
+
+def git_ref_problem(revision: str) -> bool:
+    """True when `revision` breaks a rule of _GIT_REF_RULE (kept word for word in Python)."""
+    return (".." in revision or "//" in revision or "/." in revision or revision.endswith(("/", ".", ".lock"))
+            or ".lock/" in revision)
+
+
 def cel(rule: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"rule": rule, "message": message, **extra}
 
@@ -67,9 +81,20 @@ class ModelRef(ApiModel):
     )]
     revision: Annotated[str, Field(
         description="Branch, tag or commit. Branches and tags are resolved to a commit before download; "
-                    "the commit is recorded in status and never changes until this field does.",
+                    "the commit is recorded in status and never changes until this field does. Follows git's "
+                    "ref-name rules (git check-ref-format): letters, digits and _ . / -, no '..' or '//', no part "
+                    "starting with '.' or ending with '.lock', no trailing '/' or '.'.",
         pattern=_REVISION_PATTERN,
+        json_schema_extra={"x-kubernetes-validations": [cel(_GIT_REF_RULE, _GIT_REF_MESSAGE)]},
     )] = "main"
+
+    @field_validator("revision")
+    @classmethod
+    def _git_ref_name(cls, value: str) -> str:
+        # The same rule as the CEL one, for specs that do not come through the API server (dflash-operator render).
+        if git_ref_problem(value):
+            raise ValueError(_GIT_REF_MESSAGE)
+        return value
 
 
 class SecretKeyRef(ApiModel):
