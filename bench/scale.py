@@ -20,7 +20,6 @@ Prints a table and writes JSON with the machine, versions and every raw figure. 
 from __future__ import annotations
 
 import argparse
-import collections
 import copy
 import json
 import os
@@ -35,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from prometheus_client.parser import text_string_to_metric_families
 
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
+from dflash_testkit.apicounts import delta, request_counts
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,9 +45,6 @@ API = ("serving.dflash.dev", "v1alpha1")
 WORKERS = 16
 # What the operator writes or reads. Pods and events are left out: with no node, the Job controller keeps
 # recreating the cache pods and the scheduler posts FailedScheduling events, neither of which is the operator's.
-OWN_RESOURCES = {"jobs", "persistentvolumeclaims", "deployments", "services", "poddisruptionbudgets",
-                 "dflashdeployments"}
-
 
 def dfd_body(index: int) -> dict[str, Any]:
     # A distinct pair per CR, so each one has its own cache (the worst case for children).
@@ -73,30 +69,6 @@ def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:
     for obj in objects:  # no owner: the garbage collector would take children of a DFlashDeployment that is not
         obj["metadata"].pop("ownerReferences", None)
     return objects
-
-
-def request_counts(plane: ControlPlane) -> collections.Counter:
-    text = plane.kubectl("get", "--raw", "/metrics").stdout
-    counts: collections.Counter = collections.Counter()
-    for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            if sample.name != "apiserver_request_total":
-                continue
-            labels = sample.labels
-            resource = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
-            counts[(labels.get("verb", ""), resource)] += sample.value
-    return counts
-
-
-def delta(after: collections.Counter, before: collections.Counter) -> dict[str, int]:
-    out = {}
-    for (verb, resource), value in after.items():
-        diff = int(value - before.get((verb, resource), 0))
-        if diff and resource.split("/")[0] in OWN_RESOURCES:
-            out[f"{verb} {resource}"] = diff
-    return dict(sorted(out.items()))
 
 
 def rss_mib(pid: int) -> float:

@@ -64,7 +64,7 @@ INVALID = {
     "revision-with-space": (_spec(draft={"repo": "z-lab/x", "revision": "bad rev"}),
                             "spec.draft.revision in body should match"),
     "revision-dot-dot": (_spec(draft={"repo": "z-lab/x", "revision": "v1..v2"}),
-                         "spec.draft.revision: Invalid value: \"string\": revision must follow git's ref-name rules"),
+                         "spec.draft.revision: Invalid value: \"v1..v2\": revision must follow git's ref-name rules"),
     "revision-dot-lock": (_spec(target={"repo": "z-lab/x", "revision": "release.lock"}),
                           "revision must follow git's ref-name rules"),
     "revision-hidden-part": (_spec(target={"repo": "z-lab/x", "revision": "refs/.hidden"}),

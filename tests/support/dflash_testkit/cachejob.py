@@ -58,9 +58,12 @@ def write_fetch_log(plane, lines: list[str]) -> None:
     plane.fetch_log.write_text("".join(f"{stamp} stdout F {line}\n" for line in lines))
 
 
-def start_cache_job(api_client, namespace: str):
-    """Binds the cache claim and waits until the cache pod runs; returns (the claim's name, pod)."""
-    job = wait_for(lambda: cache_job(api_client, namespace), "the cache Job")
+def start_cache_job(api_client, namespace: str, job_name: str | None = None):
+    """Binds the cache claim and waits until the cache pod runs; returns (the claim's name, pod). `job_name`: that
+    Job (default: the namespace's only one)."""
+    batch = kubernetes.client.BatchV1Api(api_client)
+    job = wait_for(lambda: batch.read_namespaced_job(job_name, namespace) if job_name else
+                   cache_job(api_client, namespace), "the cache Job")
     name = job.metadata.name
     claim = next(v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes
                  if v.persistent_volume_claim is not None)
@@ -117,11 +120,11 @@ def mark_fetching(api_client, namespace: str, pod) -> None:
 
 
 def finish_cache_job(api_client, namespace: str, result: CacheResult, exit_code: int = 0,
-                     verdict: dict | str | None = None) -> str:
+                     verdict: dict | str | None = None, job_name: str | None = None) -> str:
     """Ends the running cache pod like the kubelet would: the fetch step with `exit_code` and `result`, then (on 0)
     the check step with `verdict` (default: the image agrees with the fetch step). Returns the cache's (claim's)
     name."""
-    name, pod = start_cache_job(api_client, namespace)
+    name, pod = start_cache_job(api_client, namespace, job_name)
     core = kubernetes.client.CoreV1Api(api_client)
     at = pod.status.start_time.isoformat().replace("+00:00", "Z")
     status = cache_pod_status(result, exit_code, verdict,

@@ -1,0 +1,168 @@
+"""Faults during a rollout: the operator SIGKILLed 20 times while 100 DFlashDeployments roll out, on the real control
+plane. After the last restart everything converges: one cache claim and one Job per DFlashDeployment (no duplicate),
+no child whose owner is gone, every status describing the present, and the writes of the whole run bounded (no hot
+loop after a restart). The figures go to $DFLASH_CACHE/logs/faults-kill9.json and the test's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+
+from dflash_testkit.apicounts import delta, request_counts, writes
+from dflash_testkit.cachejob import fetch_result, finish_cache_job
+from dflash_testkit.controlplane import ControlPlane
+from dflash_testkit.flow import CACHE
+from dflash_testkit.operator import running_operator
+from dflash_testkit.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+CRS = 100
+KILLS = 20
+FINISHED = 20  # DFlashDeployments whose cache completes during the kills: their serving objects roll out too
+SEED = 20261203
+
+
+@pytest.fixture
+def chaos_namespace(control_plane: ControlPlane) -> Iterator[str]:
+    # sa-*: outside the session operator's scope (it watches every namespace but sa-*), so only this test's runs.
+    name = f"sa-faults-{uuid.uuid4().hex[:6]}"
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(control_plane.kubeconfig)))
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
+def manifests(namespace: str) -> dict:
+    return {"apiVersion": "v1", "kind": "List", "items": [{
+        "apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
+        "metadata": {"name": f"m{i:03d}", "namespace": namespace},
+        "spec": {"target": {"repo": "org/target"}, "draft": {"repo": f"org/draft-{i}"}},
+    } for i in range(CRS)]}
+
+
+def test_kill_9_during_a_rollout_of_100_converges_without_duplicates_orphans_or_stale_status(
+        control_plane: ControlPlane, chaos_namespace: str) -> None:
+    namespace, rng = chaos_namespace, random.Random(SEED)
+    api = kubernetes.config.new_client_from_config(str(control_plane.kubeconfig))
+    batch = kubernetes.client.BatchV1Api(api)
+    log = control_plane.workdir / "logs" / "operator-faults.log"
+    settings = {"DFLASH_RESYNC_SECONDS": "2", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    before = request_counts(control_plane)
+    started = time.monotonic()
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(manifests(namespace)))
+
+    # Meanwhile the caches of FINISHED DFlashDeployments complete, whenever their Jobs appear.
+    finisher_errors: list[str] = []
+
+    def finish_some() -> None:
+        for i in range(FINISHED):
+            try:
+                job = wait_for(lambda i=i: next((j for j in batch.list_namespaced_job(namespace).items
+                                                 if j.metadata.owner_references
+                                                 and j.metadata.owner_references[0].name == f"m{i:03d}"), None),
+                               f"the cache Job of m{i:03d}", 300)
+                finish_cache_job(api, namespace, fetch_result(), job_name=job.metadata.name)
+            except Exception as error:  # noqa: BLE001 - reported by the test below
+                finisher_errors.append(f"m{i:03d}: {error}")
+    finisher = threading.Thread(target=finish_some, daemon=True)
+    finisher.start()
+
+    kills = []
+    for _ in range(KILLS):
+        with running_operator(control_plane.kubeconfig, log, settings, namespaces=(namespace,)) as process:
+            lived = rng.uniform(0.3, 4.0)
+            time.sleep(lived)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+            kills.append(round(lived, 2))
+    killed_at = time.monotonic()
+    with running_operator(control_plane.kubeconfig, log, settings, namespaces=(namespace,)):
+        finisher.join(600)
+        assert not finisher_errors, finisher_errors
+        converged_s = wait_for(lambda: _converged(api, namespace) and time.monotonic() - killed_at,
+                               "every DFlashDeployment converged", 600, interval=1.0)
+        problems = _inconsistencies(api, namespace)
+        counted = delta(request_counts(control_plane), before)
+    assert problems == [], problems
+
+    result = {"crs": CRS, "kills": KILLS, "lived_s": kills, "caches_completed_during_kills": FINISHED,
+              "converged_s_after_last_restart": round(converged_s, 1),
+              "total_s": round(time.monotonic() - started, 1), "requests": counted,
+              "writes": writes(counted), "writes_per_cr": round(writes(counted) / CRS, 2)}
+    out = CACHE / "logs" / "faults-kill9.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"\nkill -9 x{KILLS} during {CRS} DFlashDeployments: converged {converged_s:.1f} s after the last "
+          f"restart; {result['writes']} writes ({result['writes_per_cr']} per CR): {counted}")
+    # A clean rollout writes, per DFlashDeployment, its claim, Job and status and the dry run of its Deployment,
+    # plus the serving objects and a few status transitions for the finished ones. Restarts must not add a loop.
+    assert result["writes_per_cr"] <= 12, result
+
+
+def _dfds(api, namespace: str) -> list[dict]:
+    return kubernetes.client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "serving.dflash.dev", "v1alpha1", namespace, "dflashdeployments")["items"]
+
+
+def _converged(api, namespace: str) -> bool:
+    items = _dfds(api, namespace)
+    if len(items) != CRS:
+        return False
+    for obj in items:
+        status = obj.get("status") or {}
+        found = {c["type"]: c for c in status.get("conditions", [])}
+        if status.get("observedGeneration") != obj["metadata"]["generation"] or "CacheReady" not in found:
+            return False
+        finished = int(obj["metadata"]["name"][1:]) < FINISHED
+        if (found["CacheReady"]["status"] == "True") != finished:
+            return False
+    return True
+
+
+def _inconsistencies(api, namespace: str) -> list[str]:
+    """Everything a converged rollout must not show."""
+    apps, batch, core = kubernetes.client.AppsV1Api(api), kubernetes.client.BatchV1Api(api), \
+        kubernetes.client.CoreV1Api(api)
+    policy = kubernetes.client.PolicyV1Api(api)
+    dfds = {o["metadata"]["uid"]: o for o in _dfds(api, namespace)}
+    children = {
+        "Job": batch.list_namespaced_job(namespace).items,
+        "PersistentVolumeClaim": core.list_namespaced_persistent_volume_claim(namespace).items,
+        "Deployment": apps.list_namespaced_deployment(namespace).items,
+        "Service": core.list_namespaced_service(namespace).items,
+        "PodDisruptionBudget": policy.list_namespaced_pod_disruption_budget(namespace).items,
+    }
+    problems = []
+    owned: dict[tuple[str, str], int] = {}
+    for kind, objects in children.items():
+        for child in objects:
+            owners = [r.uid for r in child.metadata.owner_references or []]
+            if not owners or any(uid not in dfds for uid in owners):
+                problems.append(f"{kind} {child.metadata.name}: owner gone or missing ({owners})")
+            for uid in owners:
+                owned[(uid, kind)] = owned.get((uid, kind), 0) + 1
+    for uid, obj in dfds.items():
+        name = obj["metadata"]["name"]
+        finished = int(name[1:]) < FINISHED
+        for kind in children:
+            want = 1 if kind in ("Job", "PersistentVolumeClaim") or finished else 0
+            if owned.get((uid, kind), 0) != want:
+                problems.append(f"{name}: {owned.get((uid, kind), 0)} {kind}(s), want {want}")
+        found = {c["type"]: c for c in obj["status"]["conditions"]}
+        cache = found["CacheReady"]
+        if finished and (cache["reason"], found["Stalled"]["status"]) != ("Cached", "False"):
+            problems.append(f"{name}: CacheReady {cache['reason']}, Stalled {found['Stalled']['status']}")
+        if not finished and (cache["reason"], found["Reconciling"]["reason"]) != ("Downloading", "Downloading"):
+            problems.append(f"{name}: CacheReady {cache['reason']}, Reconciling {found['Reconciling']['reason']}")
+    return problems

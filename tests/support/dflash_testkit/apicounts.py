@@ -1,0 +1,44 @@
+"""Requests the API server served, by verb and resource, from its own apiserver_request_total counters: how the
+scale benchmark and the fault tests count the operator's writes."""
+
+from __future__ import annotations
+
+import collections
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from dflash_testkit.controlplane import ControlPlane
+
+# What the operator writes: its children and the DFlashDeployments' status.
+OWN_RESOURCES = {"jobs", "persistentvolumeclaims", "deployments", "services", "poddisruptionbudgets",
+                 "dflashdeployments"}
+WRITE_VERBS = {"CREATE", "APPLY", "PATCH", "UPDATE", "DELETE"}
+
+
+def request_counts(plane: ControlPlane) -> collections.Counter:
+    text = plane.kubectl("get", "--raw", "/metrics").stdout
+    counts: collections.Counter = collections.Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
+            counts[(labels.get("verb", ""), resource)] += sample.value
+    return counts
+
+
+def delta(after: collections.Counter, before: collections.Counter) -> dict[str, int]:
+    """'VERB resource' -> requests between the two readings, for the operator's own resources."""
+    out = {}
+    for (verb, resource), value in after.items():
+        diff = int(value - before.get((verb, resource), 0))
+        if diff and resource.split("/")[0] in OWN_RESOURCES:
+            out[f"{verb} {resource}"] = diff
+    return dict(sorted(out.items()))
+
+
+def writes(counts: dict[str, int]) -> int:
+    return sum(n for key, n in counts.items() if key.split(" ", 1)[0] in WRITE_VERBS)
