@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import kubernetes
 import pytest
 
-from dflash_testkit.apicounts import delta, request_counts, writes
+from dflash_testkit.apicounts import delta, operator_writes, request_counts
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane
 from dflash_testkit.flow import CACHE
@@ -99,15 +99,18 @@ def test_kill_9_during_a_rollout_of_100_converges_without_duplicates_orphans_or_
     result = {"crs": CRS, "kills": KILLS, "lived_s": kills, "caches_completed_during_kills": FINISHED,
               "converged_s_after_last_restart": round(converged_s, 1),
               "total_s": round(time.monotonic() - started, 1), "requests": counted,
-              "writes": writes(counted), "writes_per_cr": round(writes(counted) / CRS, 2)}
+              "operator_writes": operator_writes(counted),
+              "operator_writes_per_cr": round(operator_writes(counted) / CRS, 2)}
     out = CACHE / "logs" / "faults-kill9.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"\nkill -9 x{KILLS} during {CRS} DFlashDeployments: converged {converged_s:.1f} s after the last "
-          f"restart; {result['writes']} writes ({result['writes_per_cr']} per CR): {counted}")
-    # A clean rollout writes, per DFlashDeployment, its claim, Job and status and the dry run of its Deployment,
-    # plus the serving objects and a few status transitions for the finished ones. Restarts must not add a loop.
-    assert result["writes_per_cr"] <= 12, result
+          f"restart; {result['operator_writes']} operator writes ({result['operator_writes_per_cr']} per CR): "
+          f"{counted}")
+    # A clean rollout writes, per DFlashDeployment, its claim, its Job, the dry run of its Deployment and one or two
+    # statuses, plus the serving objects and a status or two more for the finished ones (5.2 per CR measured):
+    # restarts must not add a loop.
+    assert result["operator_writes_per_cr"] <= 8, result
 
 
 def _dfds(api, namespace: str) -> list[dict]:
@@ -148,15 +151,22 @@ def _inconsistencies(api, namespace: str) -> list[str]:
     for kind, objects in children.items():
         for child in objects:
             owners = [r.uid for r in child.metadata.owner_references or []]
-            if not owners or any(uid not in dfds for uid in owners):
+            # The cache claim outlives its users under retainPolicy Keep (the default): it has no owner then.
+            if (not owners and kind != "PersistentVolumeClaim") or any(uid not in dfds for uid in owners):
                 problems.append(f"{kind} {child.metadata.name}: owner gone or missing ({owners})")
             for uid in owners:
                 owned[(uid, kind)] = owned.get((uid, kind), 0) + 1
+    claims = sorted(c.metadata.name for c in children["PersistentVolumeClaim"])
+    wanted_claims = sorted(o["status"]["cache"]["name"] for o in dfds.values())
+    if claims != wanted_claims:
+        problems.append(f"cache claims {len(claims)} != one per DFlashDeployment ({len(wanted_claims)})")
     for uid, obj in dfds.items():
         name = obj["metadata"]["name"]
         finished = int(name[1:]) < FINISHED
         for kind in children:
-            want = 1 if kind in ("Job", "PersistentVolumeClaim") or finished else 0
+            if kind == "PersistentVolumeClaim":
+                continue
+            want = 1 if kind == "Job" or finished else 0
             if owned.get((uid, kind), 0) != want:
                 problems.append(f"{name}: {owned.get((uid, kind), 0)} {kind}(s), want {want}")
         found = {c["type"]: c for c in obj["status"]["conditions"]}
