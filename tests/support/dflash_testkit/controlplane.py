@@ -154,6 +154,21 @@ class ControlPlane:
             for component in reversed(self.components):
                 component.stop()
 
+    def crash_and_restart(self, name: str, down_seconds: float = 2.0) -> float:
+        """SIGKILLs one component (etcd, kube-apiserver, ...), keeps it down for `down_seconds`, starts it again
+        with the same flags (ports, data) and returns the seconds until the API server answers /readyz again."""
+        component = next(c for c in self.components if c.name == name)
+        assert component.process is not None, f"{name} is not running"
+        os.killpg(component.process.pid, signal.SIGKILL)
+        component.process.wait(10)
+        time.sleep(down_seconds)
+        started = time.monotonic()
+        component.start()
+        apiserver = next(c for c in self.components if c.name == "kube-apiserver")
+        self._wait(apiserver, lambda: self._readyz(self.api_port), f"kube-apiserver /readyz after {name} restarted",
+                   timeout=120)
+        return time.monotonic() - started
+
     def __enter__(self) -> ControlPlane:
         self.start()
         return self
