@@ -239,3 +239,30 @@ def _inconsistencies_of_restart(api, namespace: str) -> list[str]:
     if edited["status"]["observedGeneration"] != 2:
         problems.append(f"r000's edit not observed: {edited['status']}")
     return problems
+
+
+def test_deleted_while_the_operator_is_down_the_children_go_and_nothing_waits_on_a_finalizer(
+        control_plane: ControlPlane, chaos_namespace: str) -> None:
+    namespace = chaos_namespace
+    api = kubernetes.config.new_client_from_config(str(control_plane.kubeconfig))
+    batch, core = kubernetes.client.BatchV1Api(api), kubernetes.client.CoreV1Api(api)
+    items = manifests(namespace)["items"][:6]
+    for i, item in enumerate(items):  # half keep their cache claim (the default), half give it back
+        item["spec"]["cache"] = {"retainPolicy": "Keep" if i % 2 == 0 else "Delete"}
+    log = control_plane.workdir / "logs" / "operator-down.log"
+    with running_operator(control_plane.kubeconfig, log, {"DFLASH_RESYNC_SECONDS": "2"}, namespaces=(namespace,)):
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                      "items": items}))
+        wait_for(lambda: len(batch.list_namespaced_job(namespace).items) == len(items), "every cache Job", 60)
+    # The operator is down (stopped, as an uninstall stops it): the deletes go through at once, no finalizer holds
+    # them, and the garbage collector takes every owned child.
+    assert all(not (o["metadata"].get("finalizers")) for o in _dfds(api, namespace))
+    started = time.monotonic()
+    control_plane.kubectl("-n", namespace, "delete", "dfd", "--all", "--wait=true", "--timeout=30s")
+    deleted_s = time.monotonic() - started
+    wait_for(lambda: not batch.list_namespaced_job(namespace).items, "the cache Jobs collected", 60)
+    claims = wait_for(lambda: (c := core.list_namespaced_persistent_volume_claim(namespace).items)
+                      and len(c) == 3 and c, "only the kept claims left", 60)
+    assert all(not c.metadata.owner_references for c in claims)
+    print(f"\n{len(items)} DFlashDeployments deleted with the operator down in {deleted_s:.1f} s; their Jobs and the "
+          f"claims with retainPolicy Delete collected, the 3 kept claims left")
