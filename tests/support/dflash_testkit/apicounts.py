@@ -43,4 +43,4 @@ def operator_writes(counts: dict[str, int]) -> int:
     """The operator's writes among `counts`: it writes children only by server-side apply (dry runs included) and
     status only by merge patch; the controllers' status updates (PUT) and the test's own creates (POST) are not its."""
     return sum(n for key, n in counts.items()
-               if key.startswith("APPLY ") or key in ("PATCH dflashdeployments/status", "PATCH dflashdeployments"))
+               if key.startswith("APPLY ") or key == "PATCH dflashdeployments/status")
