@@ -77,9 +77,15 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     assert condition(ready, "Stalled")["status"] == "False"
     assert condition(ready, "Ready")["observedGeneration"] == ready["metadata"]["generation"]
 
-    waited = control_plane.kubectl("-n", namespace, "wait", "--for=condition=Ready", "dfd/coder", "--timeout=5s",
-                                   check=False)
-    assert waited.returncode == 0, waited.stderr
+    # `kubectl wait` on every documented condition gives the present answer, true or false.
+    for expected in ("Ready", "Ready=True", "CacheReady", "ModelsCompatible", "Stalled=False", "Reconciling=False"):
+        waited = control_plane.kubectl("-n", namespace, "wait", f"--for=condition={expected}", "dfd/coder",
+                                       "--timeout=5s", check=False)
+        assert waited.returncode == 0, f"{expected}: {waited.stderr}"
+    for wrong in ("Stalled", "Reconciling", "CacheReady=False"):
+        waited = control_plane.kubectl("-n", namespace, "wait", f"--for=condition={wrong}", "dfd/coder",
+                                       "--timeout=2s", check=False)
+        assert waited.returncode != 0 and "timed out" in waited.stderr, f"{wrong}: {waited.stderr}"
 
     # kopf posts events in the background; they follow the status shortly.
     wait_for(lambda: "AllReplicasReady" in {e.reason for e in core.list_namespaced_event(
@@ -159,6 +165,9 @@ def test_spec_admitted_but_unrenderable_is_stalled_without_children(
     assert deployment(api_client, namespace, "stuck") is None
     jobs = kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace).items
     assert jobs == [], "an unrenderable spec must not start a download either"
+    waited = control_plane.kubectl("-n", namespace, "wait", "--for=condition=Stalled", "dfd/stuck", "--timeout=5s",
+                                   check=False)
+    assert waited.returncode == 0, waited.stderr
 
     # Fixing the spec recovers without a restart of anything.
     apply_with_cache(control_plane, api_client, namespace, dfd("stuck"))

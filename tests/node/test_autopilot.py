@@ -139,6 +139,9 @@ def test_a_draft_that_stops_paying_falls_back_without_losing_capacity_and_comes_
             assert figures["acceptanceRate"] < 0.5 and figures["windowSeconds"] == 60 and figures["podsMeasured"] == 1
             assert figures["belowFloorSince"] and len(figures["acceptanceByPosition"]) == 3
             assert "fall back to the target alone after 45 s" in conditions(below)["SpeculationHealthy"]["message"]
+            waited = stack.kubectl("-n", namespace, "wait", "--for=condition=SpeculationHealthy=False",
+                                   f"dfd/{NAME}", "--timeout=5s", check=False)
+            assert waited.returncode == 0, waited.stderr
 
             # The chart's alert, from a real Prometheus scraping the operator, and every dashboard query against
             # live vLLM while it still speculates.
