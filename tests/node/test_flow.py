@@ -143,7 +143,9 @@ def test_a_draft_below_the_floor_leaves_the_pod_unready_and_says_why(stack: Stac
     probe_failures = [e.message for e in core.list_namespaced_event(namespace).items
                       if e.involved_object.name == pod.metadata.name and e.reason == "Unhealthy"]
     assert any("FAIL" in m and "acceptance" in m for m in probe_failures), probe_failures
-    assert any(e.reason == "AcceptanceBelowFloor" and e.type == "Warning" for e in events(core, namespace, "random"))
+    # kopf posts events in the background: they follow the status shortly.
+    wait_for(lambda: any(e.reason == "AcceptanceBelowFloor" and e.type == "Warning"
+                         for e in events(core, namespace, "random")), "the AcceptanceBelowFloor warning event", 30)
 
 
 def test_an_incompatible_pair_stops_before_any_serving_pod(stack: Stack, core, namespace: str) -> None:
