@@ -44,30 +44,38 @@ def floor(dfd: DFlashDeployment) -> float:
 
 
 def speculation_fingerprint(dfd: DFlashDeployment) -> str:
-    """The fields a fallback is tied to: change any and the pods speculate again (with what changed)."""
+    """What the window's figures and verdict judge: the target, draft, image, token count, spec.speculation, the
+    floor and the resume annotation. When it changes, figures and verdict start afresh (and a Fallback ends): a new
+    draft or a user's request for speculation back is not judged on the old readings. Defaults are left out, so an
+    operator release that adds a field does not end every Fallback in force."""
     spec = dfd.spec
-    return fingerprint([spec.target.model_dump(), spec.draft.model_dump(), spec.image, spec.num_speculative_tokens,
-                        spec.speculation.model_dump()])[:16]
-
-
-def window_epoch(dfd: DFlashDeployment) -> str:
-    """What a window's readings judge: the speculation fields and the resume annotation. A change starts the window
-    afresh, so a resume is judged on the pods that speculate again, not on the readings that caused the Fallback."""
-    return f"{speculation_fingerprint(dfd)}/{resume_token(dfd) or ''}"
+    return fingerprint([spec.target.model_dump(exclude_defaults=True), spec.draft.model_dump(exclude_defaults=True),
+                        spec.image, spec.num_speculative_tokens, spec.speculation.model_dump(exclude_defaults=True),
+                        floor(dfd), resume_token(dfd)])[:16]
 
 
 def resume_token(dfd: DFlashDeployment) -> str | None:
     return (dfd.metadata.get("annotations") or {}).get(RESUME_ANNOTATION)
 
 
+def pauses_under_load(dfd: DFlashDeployment) -> bool:
+    """spec.speculation.tokensByBatchSize turns speculation off for some batch sizes (a range of 0 tokens)."""
+    return any(r.num_speculative_tokens == 0 for r in dfd.spec.speculation.tokens_by_batch_size or [])
+
+
+def current(dfd: DFlashDeployment, previous: SpeculationStatus | None) -> SpeculationStatus | None:
+    """The previous figures, if they judge what the spec asks for now; None when they judged something else."""
+    if previous is None or previous.fingerprint != speculation_fingerprint(dfd):
+        return None
+    return previous
+
+
 def fallback_in_force(dfd: DFlashDeployment, previous: SpeculationStatus | None) -> SpeculationFallback | None:
-    """The fallback status records, unless the spec moved on or the user asked for speculation back."""
-    fallback = previous.fallback if previous is not None else None
-    if fallback is None or dfd.spec.speculation.on_low_acceptance != "Fallback":
+    """The Fallback status records, unless the spec moved on or the user asked for speculation back."""
+    still = current(dfd, previous)
+    if still is None or dfd.spec.speculation.on_low_acceptance != "Fallback":
         return None
-    if fallback.speculation_fingerprint != speculation_fingerprint(dfd) or fallback.resume_token != resume_token(dfd):
-        return None
-    return fallback
+    return still.fallback
 
 
 def fallback_condition(dfd: DFlashDeployment, fallback: SpeculationFallback) -> Condition:
@@ -83,16 +91,16 @@ def judge(dfd: DFlashDeployment, window: WindowFigures | None, previous: Specula
     """The window's figures and SpeculationHealthy, and whether Fallback starts now."""
     spec = dfd.spec.speculation
     low = floor(dfd)
+    judged = speculation_fingerprint(dfd)
     held = fallback_in_force(dfd, previous)
     if held is not None:
-        return Verdict((previous or SpeculationStatus()).model_copy(update={"fallback": held}),
-                       fallback_condition(dfd, held), False)
-
-    if previous is not None and previous.fallback is not None:
-        previous, previous_healthy = None, None  # speculation is back: judged afresh, nothing carried over
+        assert previous is not None
+        return Verdict(previous, fallback_condition(dfd, held), False)
+    if current(dfd, previous) is None:
+        previous, previous_healthy = None, None  # a new draft, settings or a resume: judged afresh
     enough = window is not None and window.increase.draft_tokens >= max(1, min_draft_tokens)
     if not enough:
-        return _quiet(previous, previous_healthy, spec.window_seconds, window, min_draft_tokens)
+        return _quiet(previous, previous_healthy, spec.window_seconds, window, min_draft_tokens, judged)
 
     assert window is not None
     counts = window.increase
@@ -109,6 +117,7 @@ def judge(dfd: DFlashDeployment, window: WindowFigures | None, previous: Specula
         window_seconds=spec.window_seconds,
         pods_measured=window.pods,
         below_floor_since=below_since,
+        fingerprint=judged,
     )
     seen = f"acceptance {rate:.2f} over the last {spec.window_seconds} s"
     if below_since is None:
@@ -119,8 +128,7 @@ def judge(dfd: DFlashDeployment, window: WindowFigures | None, previous: Specula
     if spec.on_low_acceptance == "Fallback" and held_for >= spec.fallback_after_seconds:
         fallback = SpeculationFallback(
             since=_rfc3339(now), message=f"{why}, for {held_for:.0f} s (fallbackAfterSeconds "
-                                         f"{spec.fallback_after_seconds})",
-            speculation_fingerprint=speculation_fingerprint(dfd), resume_token=resume_token(dfd))
+                                         f"{spec.fallback_after_seconds})")
         return Verdict(figures.model_copy(update={"fallback": fallback}), fallback_condition(dfd, fallback), True)
     if spec.on_low_acceptance == "Fallback":
         why += f"; the pods fall back to the target alone after {spec.fallback_after_seconds} s of this"
@@ -128,16 +136,17 @@ def judge(dfd: DFlashDeployment, window: WindowFigures | None, previous: Specula
 
 
 def _quiet(previous: SpeculationStatus | None, previous_healthy: dict | None, window_seconds: int,
-           window: WindowFigures | None, min_draft_tokens: int) -> Verdict:
+           window: WindowFigures | None, min_draft_tokens: int, judged: str) -> Verdict:
     """Too little traffic in the window to judge: the last verdict stands (a quiet night is not a bad draft)."""
-    if previous_healthy is not None and previous_healthy.get("reason") in (ABOVE_FLOOR, BELOW_FLOOR):
+    if previous is not None and previous_healthy is not None and previous_healthy.get("reason") in (ABOVE_FLOOR,
+                                                                                                     BELOW_FLOOR):
         kept = Condition.model_validate(previous_healthy)
-        figures = (previous or SpeculationStatus()).model_copy(update={"fallback": None})
-        return Verdict(figures, condition(SPECULATION_HEALTHY, kept.status, kept.reason, kept.message), False)
+        return Verdict(previous, condition(SPECULATION_HEALTHY, kept.status, kept.reason, kept.message), False)
     seen = ("no running pod exposes spec-decode counters yet" if window is None
             else f"fewer than {min_draft_tokens} draft tokens in the last {window_seconds} s, the least a "
                  f"verdict needs")
-    return Verdict(SpeculationStatus(), condition(SPECULATION_HEALTHY, "Unknown", NO_DRAFT_TOKENS_YET, seen), False)
+    return Verdict(SpeculationStatus(fingerprint=judged),
+                   condition(SPECULATION_HEALTHY, "Unknown", NO_DRAFT_TOKENS_YET, seen), False)
 
 
 def _round(value: float | None) -> float | None:

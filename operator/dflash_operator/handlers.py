@@ -167,7 +167,7 @@ def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: A
         memo.locks.pop(body.metadata.uid, None)  # one lock per live DFlashDeployment, not per one ever seen
         memo.cache_jobs.pop(body.metadata.uid, None)
         memo.windows.forget(body.metadata.uid or "")
-        metrics.forget(body.metadata.namespace or "", body.metadata.name or "")
+        metrics.forget(body.metadata.uid or "")
         return
     _run(memo, body, _observed(memo, kwargs))
 

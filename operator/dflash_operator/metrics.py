@@ -12,6 +12,7 @@ import threading
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from dflash_operator.api.models import Condition, SpeculationStatus
+from dflash_operator.recent import RecentSet
 
 RECONCILES = Counter(
     "dflash_operator_reconciles", "Reconcile passes of DFlashDeployments, by outcome.", ["outcome"])
@@ -38,54 +39,67 @@ ACCEPTANCE_FLOOR = Gauge(
 FALLBACK = Gauge(
     "dflash_speculation_fallback", "1 while the pods serve the target without the draft (onLowAcceptance Fallback).",
     _OWNER)
+PAUSES_UNDER_LOAD = Gauge(
+    "dflash_speculation_pauses_under_load",
+    "1 when spec.speculation.tokensByBatchSize turns speculation off (0 tokens) for some batch sizes.", _OWNER)
 
 _lock = threading.Lock()
-_exposed: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}  # per DFlashDeployment: series it has
+Series = tuple[Gauge, tuple[str, ...]]
+_exposed: dict[str, set[Series]] = {}  # per DFlashDeployment uid: the series it has
+_gone = RecentSet()  # deleted uids: a pass that began before the delete must not bring their series back
 
 
-def _set(gauge: Gauge, labels: tuple[str, ...], value: float, keep: set[tuple[Gauge, tuple[str, ...]]]) -> None:
-    gauge.labels(*labels).set(value)
-    keep.add((gauge, labels))
-
-
-def _replace(owner: tuple[str, str], gauges: tuple[Gauge, ...], keep: set[tuple[Gauge, tuple[str, ...]]]) -> None:
-    """Removes the owner's series of these gauges that `keep` does not hold any more (a condition changed reason)."""
+def _publish(uid: str, gauges: tuple[Gauge, ...], values: dict[Series, float]) -> None:
+    """Sets `values` and removes the uid's other series of these gauges (a condition that changed its reason)."""
     with _lock:
-        exposed = _exposed.setdefault(owner, set())
-        for gauge, labels in [s for s in exposed if s[0] in gauges and s not in keep]:
-            gauge.remove(*labels)
-            exposed.discard((gauge, labels))
-        exposed |= keep
+        if uid in _gone:
+            return
+        exposed = _exposed.setdefault(uid, set())
+        for series in [s for s in exposed if s[0] in gauges and s not in values]:
+            _remove(series, uid)
+            exposed.discard(series)
+        for (gauge, labels), value in values.items():
+            gauge.labels(*labels).set(value)
+            exposed.add((gauge, labels))
 
 
-def publish_conditions(namespace: str, name: str, conditions: list[Condition]) -> None:
-    owner: tuple[str, str] = (namespace, name)
-    keep: set[tuple[Gauge, tuple[str, ...]]] = set()
-    for cond in conditions:
-        _set(CONDITION, (namespace, name, cond.type, cond.status, cond.reason), 1, keep)
-    _replace(owner, (CONDITION,), keep)
+def _remove(series: Series, uid: str) -> None:
+    # A DFlashDeployment deleted and created again under its name shares its label values: keep what the new one set.
+    if not any(series in mine for owner, mine in _exposed.items() if owner != uid):
+        series[0].remove(*series[1])
 
 
-def publish_speculation(namespace: str, name: str, figures: SpeculationStatus, floor: float) -> None:
-    owner: tuple[str, str] = (namespace, name)
-    keep: set[tuple[Gauge, tuple[str, ...]]] = set()
+def publish_conditions(uid: str, namespace: str, name: str, conditions: list[Condition]) -> None:
+    values: dict[Series, float] = {(CONDITION, (namespace, name, c.type, str(c.status), c.reason)): 1.0
+                                   for c in conditions}
+    _publish(uid, (CONDITION,), values)
+
+
+def publish_speculation(uid: str, namespace: str, name: str, figures: SpeculationStatus, floor: float,
+                        pauses_under_load: bool) -> None:
     labels = (namespace, name)
-    _set(ACCEPTANCE_FLOOR, labels, floor, keep)
-    _set(FALLBACK, labels, 1 if figures.fallback is not None else 0, keep)
+    values: dict[Series, float] = {
+        (ACCEPTANCE_FLOOR, labels): floor,
+        (FALLBACK, labels): 1.0 if figures.fallback is not None else 0.0,
+        (PAUSES_UNDER_LOAD, labels): 1.0 if pauses_under_load else 0.0,
+    }
     if figures.acceptance_rate is not None:
-        _set(ACCEPTANCE_RATE, labels, figures.acceptance_rate, keep)
+        values[(ACCEPTANCE_RATE, labels)] = figures.acceptance_rate
     if figures.mean_accepted_length is not None:
-        _set(MEAN_ACCEPTED_LENGTH, labels, figures.mean_accepted_length, keep)
+        values[(MEAN_ACCEPTED_LENGTH, labels)] = figures.mean_accepted_length
     for position, rate in enumerate(figures.acceptance_by_position or []):
-        _set(ACCEPTANCE_BY_POSITION, (namespace, name, str(position)), rate, keep)
-    _replace(owner, (ACCEPTANCE_FLOOR, FALLBACK, ACCEPTANCE_RATE, MEAN_ACCEPTED_LENGTH, ACCEPTANCE_BY_POSITION), keep)
+        values[(ACCEPTANCE_BY_POSITION, (namespace, name, str(position)))] = rate
+    _publish(uid, (ACCEPTANCE_FLOOR, FALLBACK, PAUSES_UNDER_LOAD, ACCEPTANCE_RATE, MEAN_ACCEPTED_LENGTH,
+                   ACCEPTANCE_BY_POSITION), values)
 
 
-def forget(namespace: str, name: str) -> None:
-    """The DFlashDeployment is gone: so are its series."""
+def forget(uid: str) -> None:
+    """The DFlashDeployment is gone: so are its series, for good."""
     with _lock:
-        for gauge, labels in _exposed.pop((namespace, name), set()):
-            gauge.remove(*labels)
+        _gone.add(uid)
+        for series in _exposed.get(uid, set()):
+            _remove(series, uid)
+        _exposed.pop(uid, None)
 
 
 def serve(port: int, address: str = "0.0.0.0") -> None:

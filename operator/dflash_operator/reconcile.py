@@ -125,7 +125,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
-        window = (windows or Windows()).of(meta["uid"], autopilot.window_epoch(dfd))
+        window = (windows or Windows()).of(meta["uid"], autopilot.speculation_fingerprint(dfd))
         span = dfd.spec.speculation.window_seconds
         window.record(time.monotonic(), _measure(observed, namespace, name, config), span)
         healthy = next((c for c in old_status.get("conditions") or [] if c.get("type") == status.SPECULATION_HEALTHY),
@@ -136,12 +136,13 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         conditions.append(verdict.healthy)
     elif previous is not None and previous.fallback is not None and fallback is None:
         # Speculation is back (a spec change, or the resume annotation): the pods roll with the draft again.
-        new.speculation = SpeculationStatus()
+        new.speculation = SpeculationStatus(fingerprint=autopilot.speculation_fingerprint(dfd))
         conditions.append(status.condition(status.SPECULATION_HEALTHY, "Unknown", autopilot.NO_DRAFT_TOKENS_YET,
                                            "speculation resumed; judged once the window holds enough draft tokens"))
     _write_status(kube, ledger, body, new, conditions, emit)
     if new.speculation is not None:
-        metrics.publish_speculation(namespace, name, new.speculation, autopilot.floor(dfd))
+        metrics.publish_speculation(meta["uid"], namespace, name, new.speculation, autopilot.floor(dfd),
+                                    autopilot.pauses_under_load(dfd))
 
 
 def _last_status(ledger: Ledger, body: dict[str, Any]) -> dict[str, Any]:
@@ -271,7 +272,7 @@ def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashD
     old_conditions = old.get("conditions") or []
     new.conditions = status.merge_conditions(old_conditions, conditions, meta.get("generation", 0),
                                              status.now_rfc3339())
-    metrics.publish_conditions(meta["namespace"], meta["name"], new.conditions)
+    metrics.publish_conditions(meta["uid"], meta["namespace"], meta["name"], new.conditions)
     wire = status.to_wire(new)
     if not status.status_changed(old, wire):
         return

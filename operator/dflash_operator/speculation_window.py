@@ -16,6 +16,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
+from dflash_operator.recent import RecentSet
 from dflash_operator.speculation import SpecCounters
 
 PodKey = str  # pod name and address: a pod recreated under the same name gets a new address, or resets its counters
@@ -34,13 +35,20 @@ class WindowFigures:
 
 
 def increase(readings: list[Reading]) -> SpecCounters:
-    """Counter increase across consecutive readings; a drop in draft tokens is a restart (the new value is the
-    increase since it)."""
+    """Counter increase across consecutive readings; any counter going down is a restart (the new values are the
+    increase since it), as Prometheus's increase() reads a reset."""
     total = SpecCounters()
     for before, after in zip(readings, readings[1:], strict=False):
-        restarted = after.counters.draft_tokens < before.counters.draft_tokens
-        total = total + (after.counters if restarted else after.counters - before.counters)
+        total = total + (after.counters if _restarted(before.counters, after.counters) else
+                         after.counters - before.counters)
     return total
+
+
+def _restarted(before: SpecCounters, after: SpecCounters) -> bool:
+    pairs = [(before.drafts, after.drafts), (before.draft_tokens, after.draft_tokens),
+             (before.accepted_tokens, after.accepted_tokens),
+             *zip(before.accepted_by_position, after.accepted_by_position, strict=False)]
+    return any(b > a for b, a in pairs) or len(after.accepted_by_position) < len(before.accepted_by_position)
 
 
 class PodWindows:
@@ -93,11 +101,14 @@ class Windows:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_owner: dict[str, PodWindows] = {}
+        self._gone = RecentSet()
 
     def of(self, uid: str, epoch: str = "") -> PodWindows:
         """The owner's window; an empty one when the epoch changed (a resumed Fallback must not be judged again on
-        the readings that caused it)."""
+        the readings that caused it). A deleted owner's pass still in flight gets a window that is not kept."""
         with self._lock:
+            if uid in self._gone:
+                return PodWindows(epoch)
             window = self._by_owner.get(uid)
             if window is None or window.epoch != epoch:
                 window = self._by_owner[uid] = PodWindows(epoch)
@@ -106,3 +117,4 @@ class Windows:
     def forget(self, uid: str) -> None:
         with self._lock:
             self._by_owner.pop(uid, None)
+            self._gone.add(uid)  # uids are never reused; a pass begun before the delete may still ask for it

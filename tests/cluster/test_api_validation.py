@@ -85,6 +85,10 @@ INVALID = {
         {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4},
         {"fromBatchSize": 8, "toBatchSize": 16, "numSpeculativeTokens": 2}]}),
         "the ranges of tokensByBatchSize must not overlap"),
+    "batch-ranges-repeated": (_spec(speculation={"tokensByBatchSize": [
+        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4},
+        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4}]}),
+        "the ranges of tokensByBatchSize must not overlap"),
     "batch-ranges-not-from-1": (_spec(speculation={"tokensByBatchSize": [
         {"fromBatchSize": 2, "toBatchSize": 8, "numSpeculativeTokens": 4}]}),
         "one range of tokensByBatchSize must start at fromBatchSize 1"),

@@ -147,3 +147,23 @@ def test_the_floor_defaults_to_the_readiness_floor() -> None:
     body["spec"]["readiness"] = {"minAcceptanceRate": 0.7}
     verdict = judge(DFlashDeployment.model_validate(body), window(0.65), None, None, T0, MIN_TOKENS)
     assert verdict.healthy.reason == BELOW_FLOOR and "floor 0.7" in verdict.healthy.message
+
+
+def test_a_spec_change_starts_the_verdict_afresh_so_a_new_fallback_gets_its_full_grace() -> None:
+    # An hour under the floor in Alert mode; then the user turns Fallback on with 30 minutes of grace.
+    run = Run(dfd(policy="Alert"))
+    run.at(0, window(0.0))
+    run.at(60, window(0.0))
+    run.dfd = dfd(policy="Fallback", after=1800)
+    switched = run.at(61, window(0.0))
+    assert not switched.started_fallback and switched.figures.below_floor_since == "2026-12-03T11:01:00Z"
+    assert not run.at(90, window(0.0)).started_fallback
+    assert run.at(91, window(0.0)).started_fallback
+
+
+def test_a_quiet_window_after_a_spec_change_claims_no_old_verdict() -> None:
+    run = Run(dfd(policy="Alert"))
+    run.at(0, window(0.9))
+    run.dfd = dfd(policy="Alert", floor=0.95)
+    quiet = run.at(1, window(0.0, draft_tokens=MIN_TOKENS - 1))
+    assert quiet.healthy.reason == NO_DRAFT_TOKENS_YET and quiet.figures.acceptance_rate is None

@@ -43,9 +43,8 @@ def world(pods: int = 1):
 
 def fallback_status(dfd_body: dict) -> dict:
     dfd = DFlashDeployment.model_validate(dfd_body)
-    return {"acceptanceRate": 0.0, "fallback": {
-        "since": "2026-12-03T10:00:00Z", "message": "acceptance 0.00 ...",
-        "speculationFingerprint": autopilot.speculation_fingerprint(dfd), "resumeToken": autopilot.resume_token(dfd)}}
+    return {"acceptanceRate": 0.0, "fingerprint": autopilot.speculation_fingerprint(dfd),
+            "fallback": {"since": "2026-12-03T10:00:00Z", "message": "acceptance 0.00 ..."}}
 
 
 def deployment_args(kube: RecordingKube) -> tuple[list[str], list[str], dict]:
@@ -111,8 +110,7 @@ def test_measured_passes_judge_the_window_and_write_only_when_a_rounded_figure_m
     assert len(figures) == 1 and figures[0]["acceptanceRate"] == 0.9 and figures[0]["meanAcceptedLength"] == 4.6
     healthy = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "SpeculationHealthy")
     assert healthy["reason"] == autopilot.ABOVE_FLOOR
-    exposed = metrics.ACCEPTANCE_RATE.labels(NS, NAME)._value.get()  # noqa: SLF001 - the exported value
-    assert exposed == 0.9
+    assert metrics.ACCEPTANCE_RATE.labels(NS, NAME)._value.get() == 0.9  # noqa: SLF001 - the exported value
 
 
 def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,8 +122,9 @@ def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(mon
                                    "message": "", "observedGeneration": 0, "lastTransitionTime": ""}]}
     for _ in range(2):
         reconcile(kube, world(), ledger, b, CONFIG, lambda *e: events.append(e), measure=True, windows=windows)
-    fallback = kube.statuses[-1]["speculation"]["fallback"]
-    assert fallback["speculationFingerprint"] == autopilot.speculation_fingerprint(DFlashDeployment.model_validate(b))
+    written = kube.statuses[-1]["speculation"]
+    fallback = written["fallback"]
+    assert written["fingerprint"] == autopilot.speculation_fingerprint(DFlashDeployment.model_validate(b))
     assert datetime.datetime.fromisoformat(fallback["since"].replace("Z", "+00:00"))
     assert ("Warning", autopilot.FELL_BACK) in [(t, r) for t, r, _ in events]
     assert metrics.FALLBACK.labels(NS, NAME)._value.get() == 1  # noqa: SLF001

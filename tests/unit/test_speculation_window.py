@@ -65,3 +65,11 @@ def test_a_new_epoch_starts_the_window_afresh() -> None:
     assert windows.of("uid", epoch="draft-a/") is first
     resumed = windows.of("uid", epoch="draft-a/1")   # the resume annotation was set
     assert resumed is not first and resumed.figures(10, span=60) is None
+
+
+def test_a_restart_seen_in_any_counter_is_a_restart() -> None:
+    # vLLM restarted between the readings and proposed more draft tokens since than before: only the accepted
+    # count shows the reset. Read as a difference, acceptance would come out negative.
+    readings = [Reading(0, c(10, 80, 70)), Reading(30, c(15, 100, 20))]
+    assert increase(readings) == c(15, 100, 20)
+    assert increase(readings).acceptance_rate == 0.2

@@ -198,8 +198,9 @@ class SpeculationSpec(ApiModel):
         json_schema_extra={"x-kubernetes-validations": [
             cel("self.exists(r, r.fromBatchSize == 1)",
                 "one range of tokensByBatchSize must start at fromBatchSize 1, so every batch size has a count"),
-            cel("self.all(a, self.all(b, a == b || a.toBatchSize < b.fromBatchSize "
-                "|| b.toBatchSize < a.fromBatchSize))", "the ranges of tokensByBatchSize must not overlap"),
+            # Each range meets exactly one range (itself): two equal ranges overlap too.
+            cel("self.all(a, self.filter(b, !(a.toBatchSize < b.fromBatchSize || b.toBatchSize < a.fromBatchSize))"
+                ".size() == 1)", "the ranges of tokensByBatchSize must not overlap"),
         ]},
     )] = None
 
@@ -340,12 +341,6 @@ class SpeculationFallback(ApiModel):
 
     since: Annotated[str, Field(description="When the operator rolled the pods off speculation (RFC 3339).")]
     message: Annotated[str, Field(description="The measurement that decided it.")]
-    speculation_fingerprint: Annotated[str, Field(
-        description="Fingerprint of the fields it fell back from (target, draft, image, speculation settings); a "
-                    "change to any of them brings speculation back.")]
-    resume_token: Annotated[str | None, Field(
-        description="The value of the serving.dflash.dev/resume-speculation annotation at the time; a new value "
-                    "brings speculation back.")] = None
 
 
 class SpeculationStatus(ApiModel):
@@ -367,6 +362,10 @@ class SpeculationStatus(ApiModel):
                     "back above the floor plus a margin.")] = None
     fallback: Annotated[SpeculationFallback | None, Field(
         description="Set while the pods serve the target without the draft.")] = None
+    fingerprint: Annotated[str | None, Field(
+        description="What the figures judge: a fingerprint of the target, draft, image, numSpeculativeTokens, "
+                    "spec.speculation, the floor and the serving.dflash.dev/resume-speculation annotation. When it "
+                    "changes, figures and verdict start afresh and a Fallback ends.")] = None
 
 
 class ModelProgress(ApiModel):
