@@ -25,10 +25,20 @@ def object_key(obj: dict[str, Any]) -> ObjectKey:
     return obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]
 
 
+def compare_resource_versions(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as client-go's resourceversion.CompareResourceVersion; None where either is not a positive
+    integer without leading zeros (then the versions are not comparable)."""
+    if not all(v.isascii() and v.isdigit() and v[0] != "0" for v in (a, b)):
+        return None
+    if len(a) != len(b):
+        return -1 if len(a) < len(b) else 1
+    return (a > b) - (a < b)
+
+
 class Ledger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._applied: dict[ObjectKey, str] = {}
+        self._applied: dict[ObjectKey, tuple[str, str]] = {}  # fingerprint, resourceVersion of the answer
         # DFlashDeployment uid -> the status this process last wrote. The operator is status's only writer, so this
         # is the server's status even while the watch still shows an older one.
         self._status: dict[str, dict[str, Any]] = {}
@@ -38,11 +48,25 @@ class Ledger:
     def applied_unseen(self, obj: dict[str, Any]) -> bool:
         """True when exactly this object was applied and the watch has not shown it (nor its deletion) yet."""
         with self._lock:
-            return self._applied.get(object_key(obj)) == fingerprint(obj)
+            entry = self._applied.get(object_key(obj))
+            return entry is not None and entry[0] == fingerprint(obj)
 
-    def record_apply(self, obj: dict[str, Any]) -> None:
+    def seen_before_own_apply(self, obj: dict[str, Any], seen: dict[str, Any]) -> bool:
+        """True when `seen` (the watch's copy) predates this process's last apply of exactly `obj`: the watch has not
+        delivered that apply yet, so applying again would only repeat it. Resource versions of one resource compare
+        as integers (KEP-5504, stable in Kubernetes 1.35); where either does not parse, nothing is assumed."""
         with self._lock:
-            self._applied[object_key(obj)] = fingerprint(obj)
+            entry = self._applied.get(object_key(obj))
+        if entry is None or entry[0] != fingerprint(obj) or not entry[1]:
+            return False
+        order = compare_resource_versions(str((seen.get("metadata") or {}).get("resourceVersion") or ""), entry[1])
+        return order is not None and order < 0
+
+    def record_apply(self, obj: dict[str, Any], answer: dict[str, Any] | None = None) -> None:
+        """`answer`: the object as the server returned it (its resourceVersion dates this apply)."""
+        version = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
+        with self._lock:
+            self._applied[object_key(obj)] = (fingerprint(obj), version)
 
     def forget(self, key: ObjectKey) -> None:
         """The object was deleted: the next pass must apply it again."""

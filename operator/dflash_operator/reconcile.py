@@ -201,15 +201,16 @@ def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: li
         seen = observed.child(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         if obj["kind"] == "PersistentVolumeClaim":
             obj = claim_not_smaller(obj, seen)
-        if seen is not None and covers(seen, obj):
+        if seen is not None and (covers(seen, obj) or ledger.seen_before_own_apply(obj, seen)):
             current.append(seen)
             continue
         if seen is None and ledger.applied_unseen(obj):
             current.append(None)  # applied by an earlier pass; its watch event is on the way
             continue
         try:
-            current.append(kube.apply(obj, field_manager=field_manager(obj, uid)))
-            ledger.record_apply(obj)
+            answer = kube.apply(obj, field_manager=field_manager(obj, uid))
+            current.append(answer)
+            ledger.record_apply(obj, answer)
         except ApiException as error:
             _raise_api_error(error, obj)
     return current

@@ -258,6 +258,7 @@ def test_concurrent_edits_of_the_cr_and_its_deployment_end_as_intended_without_a
     print(f"\n{3 * edits} concurrent edits: {operator_writes(storm)} operator writes ({storm}); "
           f"{operator_writes(quiet)} in 10 s once settled")
     assert operator_writes(quiet) == 0, quiet
-    # Each edit may cost an apply or two (a hand edit undone, a spec change rendered, while the others race), but a
-    # loop would keep going: bounded by 3 per edit.
-    assert applied <= 3 * 3 * edits, storm
+    # At most one apply of the Deployment per edit (a hand edit undone, a spec or scale change rendered); passes that
+    # still see the watch's copy from before the operator's own apply do not repeat it (20 measured for 30 edits;
+    # 72 before the ledger compared resource versions).
+    assert applied <= 3 * edits, storm

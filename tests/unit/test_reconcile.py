@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.cache_result import CacheResult
 from dflash_operator.config import OperatorConfig
 from dflash_operator.desired import desired_objects
-from dflash_operator.ledger import Ledger
+from dflash_operator.ledger import Ledger, compare_resource_versions
 from dflash_operator.observed import Observed
 from dflash_operator.ownership import FIELD_MANAGER, cache_field_manager
 from dflash_operator.reconcile import reconcile as reconcile_with
@@ -198,6 +199,47 @@ def test_children_the_server_already_holds_as_rendered_are_not_applied_again() -
     reconcile(kube, copy.deepcopy(BODY), config, lambda *e: None, observed(on_server, {
         ("job", NS, JOB): [_completed_pod(result)]}))
     assert [k for k, _, _ in kube.applied] == ["Deployment"]
+
+
+def test_a_watch_copy_older_than_the_operators_own_apply_is_not_applied_over_again() -> None:
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40)
+    config = OperatorConfig()
+    on_server = copy.deepcopy(desired_objects(DFD, config.render, config.cache,
+                                              CacheFacts(cache_name(DFD), "a" * 40, "b" * 40)))
+    for obj in on_server:
+        obj["metadata"]["resourceVersion"] = "7"
+        if obj["kind"] == "Job":
+            obj["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    deployment = next(o for o in on_server if o["kind"] == "Deployment")
+    deployment["spec"]["replicas"] = 5  # a hand edit: drift
+
+    class VersionedKube(RecordingKube):
+        def apply(self, obj: dict, field_manager: str, dry_run: bool = False) -> dict:
+            answer = super().apply(obj, field_manager, dry_run)
+            answer["metadata"]["resourceVersion"] = "9"
+            return answer
+
+    kube, ledger = VersionedKube(), Ledger()
+
+    def world():
+        return observed(copy.deepcopy(on_server), {("job", NS, JOB): [_completed_pod(result)]})
+    reconcile(kube, copy.deepcopy(BODY), config, lambda *e: None, world(), ledger=ledger)
+    assert [k for k, _, _ in kube.applied] == ["Deployment"]
+    # The next pass still sees the watch's copy from before that apply (resourceVersion 7 < 9): nothing to repeat.
+    reconcile(kube, copy.deepcopy(BODY), config, lambda *e: None, world(), ledger=ledger)
+    assert [k for k, _, _ in kube.applied] == ["Deployment"]
+    # A copy newer than the apply that still differs is someone's new edit: applied again.
+    deployment["metadata"]["resourceVersion"] = "12"
+    reconcile(kube, copy.deepcopy(BODY), config, lambda *e: None, world(), ledger=ledger)
+    assert [k for k, _, _ in kube.applied] == ["Deployment", "Deployment"]
+
+
+@pytest.mark.parametrize("a, b, order", [
+    ("7", "9", -1), ("10", "9", 1), ("12", "12", 0), ("123456789012345678901", "9", 1),
+    ("", "9", None), ("07", "9", None), ("0", "9", None), ("abc", "9", None), ("٣", "9", None),
+])
+def test_resource_versions_compare_as_client_go_compares_them(a: str, b: str, order: int | None) -> None:
+    assert compare_resource_versions(a, b) == order
 
 
 def test_a_second_pass_before_the_watch_catches_up_sends_nothing() -> None:
