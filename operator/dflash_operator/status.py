@@ -176,9 +176,7 @@ def to_wire(status: DFlashDeploymentStatus) -> dict[str, Any]:
     pass decides whole: its unset fields go as null, so a figure or a fallback that no longer holds is removed."""
     wire = status.model_dump(by_alias=True, exclude_none=True)
     if status.speculation is not None:
-        wire["speculation"] = {key: value for key, value in status.speculation.model_dump(by_alias=True).items()}
-        if status.speculation.fallback is not None:
-            wire["speculation"]["fallback"] = status.speculation.fallback.model_dump(by_alias=True, exclude_none=True)
+        wire["speculation"] = status.speculation.model_dump(by_alias=True)
     return wire
 
 

@@ -29,6 +29,12 @@ def _spec(**fields):
     return lambda obj: obj["spec"].update(fields)
 
 
+def _schedule(*ranges: tuple[int, int, int], tokens: int = 8):
+    """spec.speculation.tokensByBatchSize from (fromBatchSize, toBatchSize, numSpeculativeTokens) triples."""
+    return _spec(numSpeculativeTokens=tokens, speculation={"tokensByBatchSize": [
+        {"fromBatchSize": a, "toBatchSize": b, "numSpeculativeTokens": k} for a, b, k in ranges]})
+
+
 INVALID = {
     "draft-equals-target": (_spec(draft={"repo": "Qwen/Qwen3-Coder-Next"}),
                             "a model cannot be its own DFlash draft"),
@@ -77,24 +83,12 @@ INVALID = {
                                 'spec.speculation.onLowAcceptance: Unsupported value: "Disable"'),
     "window-too-short": (_spec(speculation={"windowSeconds": 5}),
                          "spec.speculation.windowSeconds in body should be greater than or equal to 30"),
-    "batch-range-reversed": (_spec(speculation={"tokensByBatchSize": [
-        {"fromBatchSize": 1, "toBatchSize": 4, "numSpeculativeTokens": 4},
-        {"fromBatchSize": 9, "toBatchSize": 5, "numSpeculativeTokens": 2}]}),
-        "fromBatchSize must not exceed toBatchSize"),
-    "batch-ranges-overlap": (_spec(speculation={"tokensByBatchSize": [
-        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4},
-        {"fromBatchSize": 8, "toBatchSize": 16, "numSpeculativeTokens": 2}]}),
-        "the ranges of tokensByBatchSize must not overlap"),
-    "batch-ranges-repeated": (_spec(speculation={"tokensByBatchSize": [
-        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4},
-        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4}]}),
-        "the ranges of tokensByBatchSize must not overlap"),
-    "batch-ranges-not-from-1": (_spec(speculation={"tokensByBatchSize": [
-        {"fromBatchSize": 2, "toBatchSize": 8, "numSpeculativeTokens": 4}]}),
-        "one range of tokensByBatchSize must start at fromBatchSize 1"),
-    "batch-tokens-above-k": (_spec(numSpeculativeTokens=4, speculation={"tokensByBatchSize": [
-        {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 6}]}),
-        "may not propose more tokens than spec.numSpeculativeTokens"),
+    "batch-range-reversed": (_schedule((1, 4, 4), (9, 5, 2)), "fromBatchSize must not exceed toBatchSize"),
+    "batch-ranges-overlap": (_schedule((1, 8, 4), (8, 16, 2)), "the ranges of tokensByBatchSize must not overlap"),
+    "batch-ranges-repeated": (_schedule((1, 8, 4), (1, 8, 4)), "the ranges of tokensByBatchSize must not overlap"),
+    "batch-ranges-not-from-1": (_schedule((2, 8, 4)), "one range of tokensByBatchSize must start at fromBatchSize 1"),
+    "batch-tokens-above-k": (_schedule((1, 8, 6), tokens=4),
+                             "may not propose more tokens than spec.numSpeculativeTokens"),
     "batch-key-misspelled": (_spec(speculation={"tokensByBatchSize": [
         {"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeToken": 4}]}),
         'unknown field "spec.speculation.tokensByBatchSize[0].numSpeculativeToken"'),

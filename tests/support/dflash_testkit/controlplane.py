@@ -399,6 +399,16 @@ def gpu_node(name: str, gpus: int) -> dict:
     }
 
 
+def stop_process(process: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds: how the testkit ends the processes it started."""
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
 def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from dflash_testkit.controlplane import free_port, http_ok
+from dflash_testkit.controlplane import free_port, http_ok, stop_process
 from dflash_testkit.waiting import wait_for
 
 
@@ -34,9 +34,4 @@ def running_operator(kubeconfig: Path, log: Path, settings: Mapping[str, str],
             raise RuntimeError(f"the operator exited at start:\n{log.read_text()[-3000:]}")
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)

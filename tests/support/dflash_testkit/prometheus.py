@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from dflash_testkit.controlplane import free_port, http_ok
+from dflash_testkit.controlplane import free_port, http_ok, stop_process
 from dflash_testkit.hub import DIRECT
 from dflash_testkit.waiting import wait_for
 
@@ -77,10 +77,5 @@ def running_prometheus(binary: Path, workdir: Path, rules: Path, operator_port: 
             raise RuntimeError(f"Prometheus exited:\n{(workdir / 'prometheus.log').read_text()[-3000:]}")
         yield Prometheus(url, targets)
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
         log.close()
