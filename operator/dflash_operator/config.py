@@ -36,6 +36,10 @@ class OperatorConfig:
     # Empty: the whole cluster. Otherwise only these namespaces: exact names or kopf patterns (dflash_operator.scope).
     namespaces: tuple[str, ...] = ()
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
+    # Liveness fails once a watch stream has heard nothing (no object, no bookmark) for this long while the API server
+    # answers (dflash_operator.watch_health). Healthy streams hear a bookmark about once a minute and kopf reopens a
+    # silent one after 70 s, so 300 s is several failed reopenings (chart: operator.watchSilenceSeconds).
+    watch_silence_seconds: float = 300.0
 
 
 class ConfigError(ValueError):
@@ -72,6 +76,9 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
     resync = _number(environ, "DFLASH_RESYNC_SECONDS", 30.0)
     if resync == 0:
         raise ConfigError("DFLASH_RESYNC_SECONDS must be positive")
+    silence = _number(environ, "DFLASH_WATCH_SILENCE_SECONDS", OperatorConfig.watch_silence_seconds)
+    if silence == 0:
+        raise ConfigError("DFLASH_WATCH_SILENCE_SECONDS must be positive")
     defaults = OperatorConfig()
     return OperatorConfig(
         cache=CacheConfig(image=environ.get("DFLASH_OPERATOR_IMAGE") or CacheConfig().image, hub_endpoint=hub),
@@ -85,4 +92,5 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
         log_level=(environ.get("DFLASH_LOG_LEVEL") or defaults.log_level).upper(),
         namespaces=namespaces,
         liveness_endpoint=liveness_endpoint or defaults.liveness_endpoint,
+        watch_silence_seconds=silence,
     )

@@ -43,6 +43,7 @@ from dflash_operator.reconcile import RetryLater, reconcile
 from dflash_operator.render_cache import cache_job_name
 from dflash_operator.scope import WatchScope
 from dflash_operator.speculation_window import Windows
+from dflash_operator.watch_health import WatchActivity, WatchWedged, observe_kopf_watches, verdict
 
 log = logging.getLogger(__name__)
 # The API server filters the child and pod watches by it (kopf's label_selectors), so no handler re-checks it.
@@ -65,6 +66,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     # No progress or diff-base is written on the objects: event handlers need neither.
     memo.kube = Kube(load_client())
+    # Startup handlers finish before kopf opens its first watch: every stream reports to the liveness probe.
+    memo.watch_activity = WatchActivity()
+    observe_kopf_watches(memo.watch_activity)
     memo.ledger = Ledger()
     memo.windows = Windows()  # spec-decode readings of each DFlashDeployment's pods over its window
     memo.retries = set()
@@ -142,6 +146,18 @@ def _retry_later(memo: kopf.Memo, namespace: str, name: str, observed: Observed,
     timer = threading.Timer(delay, again)
     timer.daemon = True
     timer.start()
+
+
+def probe_watches(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """The liveness endpoint's check: fails (HTTP 500) on a watch stream wedged while the API server answers."""
+    activity: WatchActivity | None = getattr(memo, "watch_activity", None)
+    if activity is None:
+        return {}  # still starting: no stream is open yet
+    try:
+        return verdict(activity, memo.config.watch_silence_seconds, memo.kube.answers)
+    except WatchWedged as wedged:
+        log.error("liveness fails: %s", wedged)
+        raise kopf.PermanentError(str(wedged)) from None
 
 
 # --- indexes ------------------------------------------------------------------------------------------------------
@@ -245,6 +261,7 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
     # A registry of our own starts empty: kopf's default login (kubeconfig or in-cluster) must be added to it.
     kopf.on.login(registry=registry)(kopf.login_via_client)
     kopf.on.startup(registry=registry)(configure)
+    kopf.on.probe(id="watches", registry=registry)(probe_watches)
     for kind in CHILD_KINDS:
         kopf.index(*kind.watch_resource, id=index_id(kind.plural), when=when, registry=registry)(index_child)
         kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", when=when, registry=registry)(on_child_event)

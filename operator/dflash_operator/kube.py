@@ -36,17 +36,30 @@ class Kube:
         self.core = kubernetes.client.CoreV1Api(client)
 
     def _call(self, path: str, method: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
+              content_type: str = "application/json", timeout: float = 30) -> Any:
         method_, url, headers, payload, _ = self.client.param_serialize(
             method=method, resource_path=path, query_params=query or [], body=body,
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        response = self.client.call_api(method_, url, header_params=headers, body=payload, _request_timeout=30)
+        response = self.client.call_api(method_, url, header_params=headers, body=payload, _request_timeout=timeout)
         response.read()
         if not 200 <= response.status < 300:
             raise ApiException(http_resp=response)
         return json.loads(response.data) if response.data else None
+
+    def answers(self, timeout: float = 3.0) -> bool:
+        """Whether the API server answers a request at all (GET /version) within `timeout` seconds. One try: the
+        client's usual retries would turn a silent server into a wait longer than a kubelet probe's timeout."""
+        _, url, headers, _, _ = self.client.param_serialize(
+            method="GET", resource_path="/version", header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        try:
+            response = self.client.rest_client.pool_manager.request("GET", url, headers=headers, timeout=timeout,
+                                                                    retries=False)
+        except Exception:  # noqa: BLE001 - any failure to answer is the answer
+            return False
+        return bool(200 <= response.status < 300)
 
     def apply(self, obj: dict[str, Any], field_manager: str, dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply with one field manager: idempotent, and a no-op write when nothing changed.

@@ -60,6 +60,18 @@ def namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRe
     core.delete_namespace(name)
 
 
+@pytest.fixture
+def own_namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace outside the session operator's scope (it serves every namespace but sa-*), for a test that runs
+    an operator of its own there."""
+    readable = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[5:25].strip("-")
+    name = f"sa-{readable}-{uuid.uuid4().hex[:6]}"
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     """A failing cluster test shows the tail of every component's log, where the reason usually is."""

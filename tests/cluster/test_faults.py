@@ -13,7 +13,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import kubernetes
@@ -34,16 +33,6 @@ FINISHED = 20  # DFlashDeployments whose cache completes during the kills: their
 SEED = 20261203
 
 
-@pytest.fixture
-def chaos_namespace(control_plane: ControlPlane) -> Iterator[str]:
-    # sa-*: outside the session operator's scope (it watches every namespace but sa-*), so only this test's runs.
-    name = f"sa-faults-{uuid.uuid4().hex[:6]}"
-    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(str(control_plane.kubeconfig)))
-    core.create_namespace({"metadata": {"name": name}})
-    yield name
-    core.delete_namespace(name)
-
-
 def manifests(namespace: str) -> dict:
     return {"apiVersion": "v1", "kind": "List", "items": [{
         "apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",
@@ -53,8 +42,8 @@ def manifests(namespace: str) -> dict:
 
 
 def test_kill_9_during_a_rollout_of_100_converges_without_duplicates_orphans_or_stale_status(
-        control_plane: ControlPlane, chaos_namespace: str) -> None:
-    namespace, rng = chaos_namespace, random.Random(SEED)
+        control_plane: ControlPlane, own_namespace: str) -> None:
+    namespace, rng = own_namespace, random.Random(SEED)
     api = kubernetes.config.new_client_from_config(str(control_plane.kubeconfig))
     batch = kubernetes.client.BatchV1Api(api)
     log = control_plane.workdir / "logs" / "operator-faults.log"
@@ -242,8 +231,8 @@ def _inconsistencies_of_restart(api, namespace: str) -> list[str]:
 
 
 def test_deleted_while_the_operator_is_down_the_children_go_and_nothing_waits_on_a_finalizer(
-        control_plane: ControlPlane, chaos_namespace: str) -> None:
-    namespace = chaos_namespace
+        control_plane: ControlPlane, own_namespace: str) -> None:
+    namespace = own_namespace
     api = kubernetes.config.new_client_from_config(str(control_plane.kubeconfig))
     batch, core = kubernetes.client.BatchV1Api(api), kubernetes.client.CoreV1Api(api)
     items = manifests(namespace)["items"][:6]

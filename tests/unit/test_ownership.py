@@ -79,10 +79,11 @@ def test_the_controller_applies_its_own_objects_and_each_sharer_the_cache() -> N
 def test_configuration_from_the_environment() -> None:
     config = from_environment({"DFLASH_RESYNC_SECONDS": "5", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8, ::1/128",
                                "DFLASH_OPERATOR_IMAGE": "local/op:1", "DFLASH_LOG_LEVEL": "debug",
-                               "DFLASH_METRICS_PORT": "9090", "DFLASH_HUB_ENDPOINT": "http://10.0.0.7:8090"},
+                               "DFLASH_METRICS_PORT": "9090", "DFLASH_HUB_ENDPOINT": "http://10.0.0.7:8090",
+                               "DFLASH_WATCH_SILENCE_SECONDS": "120"},
                               namespaces=("a",))
-    assert (config.resync_seconds, config.cache.image, config.log_level, config.metrics_port) == (
-        5.0, "local/op:1", "DEBUG", 9090)
+    assert (config.resync_seconds, config.cache.image, config.log_level, config.metrics_port,
+            config.watch_silence_seconds) == (5.0, "local/op:1", "DEBUG", 9090, 120.0)
     assert config.cache.hub_endpoint == "http://10.0.0.7:8090"
     assert [str(n) for n in config.metrics_allowed_networks] == ["127.0.0.0/8", "::1/128"]
     assert config.namespaces == ("a",) and from_environment({}) == OperatorConfig()
@@ -92,6 +93,7 @@ def test_configuration_from_the_environment() -> None:
     ({"DFLASH_RESYNC_SECONDS": "soon"}, "DFLASH_RESYNC_SECONDS"),
     ({"DFLASH_RESYNC_SECONDS": "0"}, "DFLASH_RESYNC_SECONDS"),
     ({"DFLASH_METRICS_PORT": "-1"}, "DFLASH_METRICS_PORT"),
+    ({"DFLASH_WATCH_SILENCE_SECONDS": "0"}, "DFLASH_WATCH_SILENCE_SECONDS"),
     ({"DFLASH_METRICS_ALLOWED_NETWORKS": "10.0.0.0/33"}, "DFLASH_METRICS_ALLOWED_NETWORKS"),
     ({"DFLASH_HUB_ENDPOINT": "hub.internal"}, "DFLASH_HUB_ENDPOINT"),
     ({"DFLASH_HUB_ENDPOINT": "https://user:secret@hub.internal"}, "DFLASH_HUB_ENDPOINT"),

@@ -16,10 +16,11 @@ from dflash_testkit.waiting import wait_for
 
 @contextmanager
 def running_operator(kubeconfig: Path, log: Path, settings: Mapping[str, str],
-                     namespaces: tuple[str, ...] = ()) -> Iterator[subprocess.Popen]:
+                     namespaces: tuple[str, ...] = (), liveness_port: int | None = None,
+                     ) -> Iterator[subprocess.Popen]:
     """Starts the operator, waits for its liveness endpoint, and stops it (SIGTERM, then SIGKILL) on exit.
     `settings` are DFLASH_* variables; `namespaces` are its -n patterns (empty: every namespace)."""
-    port = free_port()
+    port = liveness_port or free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), **settings}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
