@@ -29,6 +29,7 @@ from dflash_operator.cache_outcome import fetch_running
 from dflash_operator.config import OperatorConfig
 from dflash_operator.kube import Kube, load_client
 from dflash_operator.ledger import Ledger
+from dflash_operator.memory import release_free_memory
 from dflash_operator.observed import (
     DFDS_INDEX,
     PODS_INDEX,
@@ -238,17 +239,21 @@ def _cache_job(memo: kopf.Memo, body: Mapping[str, Any]) -> str | None:
 
 def _resync_forever(memo: kopf.Memo, interval: float) -> None:
     while True:
+        release_free_memory()  # what start-up, the last pass and the watches freed goes back to the system
         time.sleep(interval)
         observed: Observed | None = memo.shared["observed"]
-        if observed is None:
-            continue
-        for namespace, name in observed.dfd_keys():
-            body = observed.dfd(namespace, name)
-            if body is not None:
-                try:
-                    _in_handler_context(memo, resync, memo, observed, body)
-                except Exception:  # noqa: BLE001 - one object's failure must not end the loop
-                    log.exception("resync of %s/%s failed", namespace, name)
+        if observed is not None:
+            _resync_all(memo, observed)
+
+
+def _resync_all(memo: kopf.Memo, observed: Observed) -> None:
+    for namespace, name in observed.dfd_keys():
+        body = observed.dfd(namespace, name)
+        if body is not None:
+            try:
+                _in_handler_context(memo, resync, memo, observed, body)
+            except Exception:  # noqa: BLE001 - one object's failure must not end the loop
+                log.exception("resync of %s/%s failed", namespace, name)
 
 
 def register(config: OperatorConfig) -> kopf.OperatorRegistry:
