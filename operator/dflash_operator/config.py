@@ -36,9 +36,9 @@ class OperatorConfig:
     # Empty: the whole cluster. Otherwise only these namespaces: exact names or kopf patterns (dflash_operator.scope).
     namespaces: tuple[str, ...] = ()
     liveness_endpoint: str = "http://0.0.0.0:8080/healthz"
-    # Liveness fails once a watch stream has heard nothing (no object, no bookmark) for this long while the API server
-    # answers (dflash_operator.watch_health). Healthy streams hear a bookmark about once a minute and kopf reopens a
-    # silent one after 70 s, so 300 s is several failed reopenings (chart: operator.watchSilenceSeconds).
+    # Liveness fails once a watch stream has heard nothing (no object, no bookmark, no answer to a reopening) for this
+    # long while the API server answers (dflash_operator.watch_health). kopf reopens a silent stream after 70 s, so
+    # 300 s is several unanswered reopenings (chart: operator.watchSilenceSeconds).
     watch_silence_seconds: float = 300.0
 
 
