@@ -159,9 +159,11 @@ def test_a_draft_that_stops_paying_falls_back_without_losing_capacity_and_comes_
             message = conditions(fell)["SpeculationHealthy"]["message"]
             assert "serving the target without the draft" in message and "resume-speculation" in message
             assert fell["status"]["speculation"]["fallback"]["since"]
-            assert any(e.reason == "FellBackToTarget" and e.type == "Warning"
-                       for e in core.list_namespaced_event(namespace).items
-                       if e.involved_object.kind == "DFlashDeployment")
+            # kopf posts events from its own queue after the status patch: wait for it rather than race it.
+            wait_for(lambda: any(e.reason == "FellBackToTarget" and e.type == "Warning"
+                                 for e in core.list_namespaced_event(namespace).items
+                                 if e.involved_object.kind == "DFlashDeployment"),
+                     "the FellBackToTarget warning event", 30)
             wait_for(lambda: all_pods_ready(core, namespace, speculating=False), "the target-only pod Ready",
                      SERVING_TIMEOUT)
             timeline.mark("rolled: target-only pod ready, speculating pod gone")
