@@ -7,11 +7,12 @@ Measures, with DFlashDeployments that wait for their cache (no node runs the dow
 hundreds of GB download):
 - latency: CR created -> its cache PVC and Job exist, p50/p99 over CRs applied one by one; floor: one client's
   create -> the object readable by another request;
-- bulk: N CRs applied at once -> every child and every first status; floor: a plain client creating the same
-  children (rendered by the operator's own renderer) with the same concurrency;
-- writes per CR creation by verb and resource (apiserver_request_total deltas, the bench's own creates taken out);
+- bulk: N CRs applied at once -> every child and every first status (seen by watches the bench opens first);
+  floor: a plain client creating the same children (rendered by the operator's own renderer) with the same
+  concurrency; and the CPU seconds the operator, kube-apiserver and etcd used in each of the two steps;
+- the operator's writes per CR creation by verb and resource (apiserver_request_total deltas; dry runs apart);
 - idle: every request the API server serves over a window with nothing changing, by verb and resource, less the
-  same window with the operator stopped (the cluster's own controllers);
+  same window with the operator stopped (the cluster's own controllers): the operator's writes and GETs/LISTs;
 - operator RSS with 0 and N CRs.
 --operator-src runs another checkout's operator (e.g. a worktree of an older commit) for before/after figures.
 Prints a table and writes JSON with the machine, versions and every raw figure. Not a pass/fail test.
@@ -28,21 +29,24 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import kubernetes
+import urllib3
 
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
-from dflash_testkit.apicounts import delta, request_counts
+from dflash_testkit.apicounts import delta, operator_writes, request_counts
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok
 
 REPO = Path(__file__).resolve().parents[1]
 API = ("serving.dflash.dev", "v1alpha1")
 WORKERS = 16
+CPU_PROCESSES = ("operator", "kube-apiserver", "etcd")
 # What the operator writes or reads. Pods and events are left out: with no node, the Job controller keeps
 # recreating the cache pods and the scheduler posts FailedScheduling events, neither of which is the operator's.
 
@@ -69,6 +73,65 @@ def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:
     for obj in objects:  # no owner: the garbage collector would take children of a DFlashDeployment that is not
         obj["metadata"].pop("ownerReferences", None)
     return objects
+
+
+class Arrivals:
+    """Watches one namespace's cache Jobs, claims and DFlashDeployments from the present resource version on, and
+    tells when `count` of each exist (DFlashDeployments: with a first status)."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, namespace: str, count: int, timeout: float) -> None:
+        self.count, self.timeout = count, timeout
+        self.seen: dict[str, set[str]] = {"jobs": set(), "claims": set(), "statuses": set()}
+        self.changed = threading.Condition()
+        batch, core = kubernetes.client.BatchV1Api(client), kubernetes.client.CoreV1Api(client)
+        custom = kubernetes.client.CustomObjectsApi(client)
+        sources = {"jobs": (batch.list_namespaced_job, (namespace,), lambda o: True),
+                   "claims": (core.list_namespaced_persistent_volume_claim, (namespace,), lambda o: True),
+                   "statuses": (custom.list_namespaced_custom_object, (*API, namespace, "dflashdeployments"),
+                                lambda o: bool((o.get("status") or {}).get("cache")))}
+        for what, (list_fn, list_args, counts) in sources.items():
+            listed = list_fn(*list_args, _preload_content=False)
+            version = json.loads(listed.data)["metadata"]["resourceVersion"]
+            threading.Thread(target=self._watch, args=(what, list_fn, list_args, version, counts),
+                             daemon=True).start()
+
+    def _watch(self, what: str, list_fn, list_args: tuple, version: str, counts) -> None:
+        stream = kubernetes.watch.Watch().stream(list_fn, *list_args, resource_version=version,
+                                                 timeout_seconds=int(self.timeout))
+        try:
+            self._count(what, stream, counts)
+        except urllib3.exceptions.ProtocolError:
+            return  # the control plane went away after the step
+
+    def _count(self, what: str, stream, counts) -> None:
+        for event in stream:
+            obj = event["raw_object"]
+            if event["type"] in ("ADDED", "MODIFIED") and counts(obj):
+                with self.changed:
+                    self.seen[what].add(obj["metadata"]["name"])
+                    self.changed.notify_all()
+
+    def wait(self) -> float:
+        """The moment the last of them arrived."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: all(len(s) >= self.count for s in self.seen.values()),
+                                         self.timeout):
+                raise TimeoutError(f"benchmark step timed out: {({k: len(v) for k, v in self.seen.items()})}")
+        return time.monotonic()
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds each process has used (fields 14 and 15 of /proc/PID/stat)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        used[name] = (int(fields[11]) + int(fields[12])) / ticks
+    return used
+
+
+def delta_seconds(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {name: round(after[name] - before[name], 2) for name in after}
 
 
 def rss_mib(pid: int) -> float:
@@ -143,33 +206,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # Let the first status of the last ones land, then count writes per creation.
             time.sleep(3)
             per_creation = delta(request_counts(plane), before)
-            writes = {k: v for k, v in per_creation.items() if k.split()[0] in ("POST", "PATCH", "PUT", "APPLY",
-                                                                              "CREATE", "UPDATE", "DELETE")}
-            writes.pop("POST dflashdeployments", None)  # the bench's own creates
+            # The operator's writes only: not the bench's creates, not the Job controller's status updates.
+            writes = {k: v for k, v in per_creation.items() if operator_writes({k: v})}
             writes_per_cr = {k: round(v / args.latency_count, 2) for k, v in writes.items()}
 
             # Floor for bulk: a plain client creates the same children with the same concurrency.
+            pids = {"operator": operator.pid, **{c.name: c.process.pid for c in plane.components
+                                                 if c.name in ("kube-apiserver", "etcd") and c.process}}
+            cpu_before = cpu_seconds(pids)
             start = time.monotonic()
             with ThreadPoolExecutor(WORKERS) as pool:
                 list(pool.map(lambda obj: _create(client, obj),
                               [o for i in range(args.count) for o in plain_children(i, "floor")]))
             floor_bulk = time.monotonic() - start
+            cpu_floor = delta_seconds(cpu_seconds(pids), cpu_before)
 
-            # Bulk: N CRs at once -> all children and first status.
+            # Bulk: N CRs at once -> all children and first status, counted from watches opened beforehand (a
+            # LIST of N objects of each kind every second would load the API server the operator shares).
+            arrivals = Arrivals(client, "bulk", args.count, args.timeout)
+            cpu_before = cpu_seconds(pids)
             start = time.monotonic()
             with ThreadPoolExecutor(WORKERS) as pool:
                 list(pool.map(lambda i: custom.create_namespaced_custom_object(
                     *API, "bulk", "dflashdeployments", dfd_body(i)), range(args.count)))
             applied = time.monotonic() - start
-
-            def all_done() -> bool:
-                items = custom.list_namespaced_custom_object(*API, "bulk", "dflashdeployments")["items"]
-                with_status = sum(1 for o in items if (o.get("status") or {}).get("cache"))
-                jobs = len(batch.list_namespaced_job("bulk").items)
-                claims = len(core.list_namespaced_persistent_volume_claim("bulk").items)
-                return with_status == jobs == claims == args.count
-
-            bulk = poll(all_done, args.timeout, 1.0) - start
+            bulk = arrivals.wait() - start
+            cpu_bulk = delta_seconds(cpu_seconds(pids), cpu_before)
             rss_full = rss_mib(operator.pid)
 
             # Idle: nothing changes; count every request the API server serves.
@@ -189,6 +251,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.idle_seconds)
         baseline = delta(request_counts(plane), before)
     operator_idle = {k: v - baseline.get(k, 0) for k, v in idle.items() if v - baseline.get(k, 0) > 0}
+    # What the issue's target counts: every write of the operator's and every GET or LIST. A WATCH is a stream the
+    # operator re-opens when the server ends it (settings.watching.server_timeout), not a request for state.
+    idle_writes = operator_writes(operator_idle)
+    idle_reads = sum(n for k, n in operator_idle.items() if k.split()[0] in ("GET", "LIST"))
     return {
         "count": args.count,
         "operator_src": args.operator_src or str(REPO),
@@ -199,9 +265,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        "operator_raw": latency_ms, "floor_raw": floor_ms},
         "writes_per_creation": writes_per_cr,
         "bulk_seconds": {"operator": bulk, "floor": floor_bulk, "ratio": bulk / floor_bulk,
-                         "apply_seconds": applied},
+                         "apply_seconds": applied,
+                         # Where the time went: CPU seconds each process used during each step (2 cores shared).
+                         "cpu_seconds": {"operator_step": cpu_bulk, "floor_step": cpu_floor}},
         "idle_requests": {"window_seconds": args.idle_seconds, "by_verb_resource": operator_idle,
-                          "total": sum(operator_idle.values()), "with_operator": idle,
+                          "total": sum(operator_idle.values()), "writes": idle_writes, "gets_and_lists": idle_reads,
+                          "with_operator": idle,
                           "operator_stopped": baseline},
         "rss_mib": {"empty": rss_empty, "full": rss_full, "after_idle": rss_idle},
         "operator_alive": alive,
@@ -229,9 +298,12 @@ def table(result: dict[str, Any]) -> str:
          f"{lat['floor_p50']:.0f} / {lat['floor_p99']:.0f}"),
         (f"{result['count']} CRs at once -> children + status (s)", f"{bulk['operator']:.1f}",
          f"{bulk['floor']:.1f} (x{bulk['ratio']:.2f})"),
+        ("CPU s in that step: operator / apiserver / etcd",
+         " / ".join(f"{bulk['cpu_seconds']['operator_step'].get(n, 0):.1f}" for n in CPU_PROCESSES),
+         " / ".join(f"{bulk['cpu_seconds']['floor_step'].get(n, 0):.1f}" for n in CPU_PROCESSES)),
         ("writes per CR creation", json.dumps(result["writes_per_creation"]), "children + 2 = 4"),
-        (f"operator's requests in {result['idle_requests']['window_seconds']:g} s idle",
-         str(result["idle_requests"]["total"]),
+        (f"operator's writes / GETs+LISTs in {result['idle_requests']['window_seconds']:g} s idle",
+         f"{result['idle_requests']['writes']} / {result['idle_requests']['gets_and_lists']}",
          "0"),
         ("operator RSS empty / full / idle (MiB)", f"{rss['empty']:.0f} / {rss['full']:.0f} / {rss['after_idle']:.0f}",
          ""),
@@ -240,7 +312,8 @@ def table(result: dict[str, Any]) -> str:
     lines = [f"{'measure':<{width}}  operator  |  floor"]
     lines += [f"{name:<{width}}  {ours}  |  {floor}" for name, ours, floor in rows]
     if result["idle_requests"]["by_verb_resource"]:
-        lines.append("operator's idle requests: " + json.dumps(result["idle_requests"]["by_verb_resource"]))
+        lines.append("requests over the cluster's own in the idle window: "
+                     + json.dumps(result["idle_requests"]["by_verb_resource"]))
     return "\n".join(lines)
 
 

@@ -30,11 +30,13 @@ from dflash_operator.config import OperatorConfig
 from dflash_operator.kube import Kube, load_client
 from dflash_operator.ledger import Ledger
 from dflash_operator.memory import release_free_memory
+from dflash_operator.no_diffbase import NoDiffBase
 from dflash_operator.observed import (
     DFDS_INDEX,
     PODS_INDEX,
     Observed,
     index_id,
+    packed,
     pod_keys,
     slim_child,
     slim_pod,
@@ -65,7 +67,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     watched: list[Any] = [kind.watch_resource for kind in CHILD_KINDS] + [("v1", "pods")]
     for resource in watched:
         settings.watching.label_selectors[resource] = MANAGED_SELECTOR
-    # No progress or diff-base is written on the objects: event handlers need neither.
+    # No progress or diff-base is written on the objects, or built in memory: event handlers need neither.
+    settings.persistence.diffbase_storage = NoDiffBase()
     memo.kube = Kube(load_client())
     # Startup handlers finish before kopf opens its first watch: every stream reports to the liveness probe.
     memo.watch_activity = WatchActivity()
@@ -164,16 +167,16 @@ def probe_watches(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 # --- indexes ------------------------------------------------------------------------------------------------------
 
 def index_child(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
-    return {(namespace, name): slim_child(body)}
+    return {(namespace, name): packed(slim_child(body))}
 
 
 def index_pod(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> dict[Any, Any]:
-    pod = slim_pod(body)
+    pod = packed(slim_pod(body))
     return {key: pod for key in pod_keys(namespace or "", labels)}
 
 
 def index_dfd(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
-    return {(namespace, name): slim_child(body)}
+    return {(namespace, name): packed(slim_child(body))}
 
 
 # --- event handlers -----------------------------------------------------------------------------------------------

@@ -3,10 +3,16 @@
 Each index keeps a slim copy (no managedFields, only what reconcile reads) of the children, the pods of cache Jobs
 and serving pods, and the DFlashDeployments themselves. Reconcile reads them instead of sending GETs and LISTs, so
 a pass over an unchanged world sends nothing to the API server.
+
+The copies are kept as compact JSON text and decoded when read: one string per object instead of a tree of dicts,
+lists and strings. A cache Job's slim copy is about 18 KB as Python objects and 3 KB as text; and thousands of
+small long-lived objects, interleaved with every pass's short-lived ones, keep the allocator from returning pages.
+Each read gets a fresh copy, so no caller can change what the index holds.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +87,14 @@ def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str, 
     return keys
 
 
+def packed(entry: Mapping[str, Any]) -> str:
+    """An index entry as it is kept: compact JSON text."""
+    return json.dumps(entry, separators=(",", ":"))
+
+
 def _values(index: Any, key: Any) -> list[Any]:
     try:
-        return list(index[key])
+        return [json.loads(entry) for entry in index[key]]
     except KeyError:
         return []
 

@@ -25,6 +25,8 @@ def request_counts(plane: ControlPlane) -> collections.Counter:
                 continue
             labels = sample.labels
             resource = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
+            if labels.get("dry_run"):  # "All" for a dry run: validated and admitted, never stored
+                resource += " (dry run)"
             counts[(labels.get("verb", ""), resource)] += sample.value
     return counts
 
@@ -34,7 +36,7 @@ def delta(after: collections.Counter, before: collections.Counter) -> dict[str, 
     out = {}
     for (verb, resource), value in after.items():
         diff = int(value - before.get((verb, resource), 0))
-        if diff and resource.split("/")[0] in OWN_RESOURCES:
+        if diff and resource.split("/")[0].split(" ")[0] in OWN_RESOURCES:
             out[f"{verb} {resource}"] = diff
     return dict(sorted(out.items()))
 
