@@ -40,6 +40,7 @@ from dflash_operator.observed import (
     pod_keys,
     slim_child,
     slim_pod,
+    trim_watch_event,
 )
 from dflash_operator.ownership import CHILD_KINDS, MANAGED_BY, MANAGED_BY_LABEL
 from dflash_operator.reconcile import RetryLater, reconcile
@@ -72,7 +73,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.kube = Kube(load_client())
     # Startup handlers finish before kopf opens its first watch: every stream reports to the liveness probe.
     memo.watch_activity = WatchActivity()
-    observe_kopf_watches(memo.watch_activity)
+    observe_kopf_watches(memo.watch_activity, trim=trim_watch_event)
     memo.ledger = Ledger()
     memo.windows = Windows()  # spec-decode readings of each DFlashDeployment's pods over its window
     memo.retries = set()

@@ -32,6 +32,19 @@ PODS_INDEX = "observed_pods"
 DFDS_INDEX = "observed_dflashdeployments"
 
 
+def trim_watch_event(plural: str, event: Any) -> None:
+    """Sheds, in place, what nothing in this operator reads from a watched object, before kopf queues the event:
+    managedFields (often the largest part of a child), and a pod's spec (pods are only indexed, by labels and
+    status). kopf keeps each object's latest event until a worker takes it: at 1,000 DFlashDeployments applied at
+    once that backlog set the operator's peak memory, and with it the RSS it keeps."""
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        return  # a bookmark of kopf's (end of listing) or an error event
+    body = event["object"]
+    (body.get("metadata") or {}).pop("managedFields", None)
+    if plural == "pods":
+        body.pop("spec", None)
+
+
 def slim_child(body: Mapping[str, Any]) -> dict[str, Any]:
     """The child as reconcile compares it: its metadata without managedFields, its spec and its status."""
     meta = dict(body.get("metadata") or {})

@@ -74,10 +74,12 @@ class WatchActivity:
             return silent_streams(self._last_heard, self._clock(), limit)
 
 
-def observe_kopf_watches(activity: WatchActivity) -> None:
+def observe_kopf_watches(activity: WatchActivity,
+                         trim: Callable[[str, Any], None] = lambda plural, event: None) -> None:
     """Every watch stream kopf opens from now on reports to `activity`: its events through kopf's stream function,
     the answers to its watch requests through kopf's request function. kopf offers no hook for either (its handlers
-    never see bookmarks or reconnections), so both are wrapped in place; idempotent."""
+    never see bookmarks or reconnections), so both are wrapped in place; idempotent. `trim(plural, event)` may
+    shed, in place, what no handler reads from each event before kopf queues it."""
     original_watch = getattr(kopf_watching.continuous_watch, "__wrapped_by_dflash__", kopf_watching.continuous_watch)
     original_request = getattr(kopf_api.request, "__wrapped_by_dflash__", kopf_api.request)
 
@@ -87,6 +89,7 @@ def observe_kopf_watches(activity: WatchActivity) -> None:
         try:
             async for event in original_watch(resource=resource, namespace=namespace, **kwargs):
                 activity.heard(stream)
+                trim(resource.plural, event)
                 yield event
         finally:
             activity.closed(stream, path)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import kopf
 
 from dflash_operator.handlers import index_child, index_dfd, index_pod
-from dflash_operator.observed import DFDS_INDEX, PODS_INDEX, Observed, index_id, slim_child
+from dflash_operator.observed import (
+    DFDS_INDEX,
+    PODS_INDEX,
+    Observed,
+    index_id,
+    slim_child,
+    slim_pod,
+    trim_watch_event,
+)
 from dflash_operator.ownership import CHILD_KINDS
 from dflash_operator.render import INSTANCE_LABEL
 
@@ -47,3 +55,24 @@ def test_a_caller_changing_what_it_read_does_not_change_the_index() -> None:
     observed.dfd("ns", "coder")["status"]["conditions"].clear()
     assert observed.child("batch/v1", "Job", "ns", "cache-x") == slim_child(JOB)
     assert observed.dfd("ns", "coder") == DFD
+
+
+def test_watch_events_shed_what_nothing_reads_before_kopf_queues_them() -> None:
+    job = {"type": "MODIFIED", "object": {"metadata": {"name": "j", "managedFields": [{"manager": "x"}]},
+                                          "spec": {"parallelism": 1}}}
+    pod = {"type": None, "object": {"metadata": {"name": "p", "labels": {INSTANCE_LABEL: "coder"},
+                                                 "managedFields": [{"manager": "kubelet"}]},
+                                    "spec": {"containers": [{"name": "vllm"}]}, "status": {"phase": "Running"}}}
+    trim_watch_event("jobs", job)
+    trim_watch_event("pods", pod)
+    assert job["object"] == {"metadata": {"name": "j"}, "spec": {"parallelism": 1}}  # a child keeps its spec
+    assert pod["object"] == {"metadata": {"name": "p", "labels": {INSTANCE_LABEL: "coder"}},
+                             "status": {"phase": "Running"}}
+    # What the pod index keeps is unchanged by the trim.
+    assert slim_pod(pod["object"]) == slim_pod({**POD_WITH_SPEC, "metadata": pod["object"]["metadata"],
+                                                "status": pod["object"]["status"]})
+    trim_watch_event("pods", "LISTED")  # kopf's end-of-listing bookmark passes through untouched
+    trim_watch_event("jobs", {"type": "ERROR", "object": {"code": 410}})
+
+
+POD_WITH_SPEC = {"spec": {"containers": [{"name": "vllm"}]}}

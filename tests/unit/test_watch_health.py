@@ -106,7 +106,9 @@ def test_kopf_streams_report_each_event_each_answered_watch_request_and_their_cl
     first = WatchActivity()
     observe_kopf_watches(first)
     activity = WatchActivity(clock)
-    observe_kopf_watches(activity)  # installing again replaces the hooks: reports go to the latest only
+    trimmed: list[tuple[str, Any]] = []
+    # Installing again replaces the hooks: reports go to the latest only; each event passes its trim first.
+    observe_kopf_watches(activity, trim=lambda plural, event: trimmed.append((plural, event)))
     seen_while_open: list[int] = []
 
     async def consume() -> list[dict]:
@@ -120,6 +122,7 @@ def test_kopf_streams_report_each_event_each_answered_watch_request_and_their_cl
     assert asyncio.run(consume()) == events
     assert requests == ["/apis/serving.dflash.dev/v1alpha1/namespaces/ns/dflashdeployments?watch=true"]
     assert seen_while_open == [1, 1] and activity.streams() == 0 and first.streams() == 0
+    assert trimmed == [("dflashdeployments", event) for event in events]
 
 
 def test_the_pinned_kopf_opens_its_streams_through_the_hooked_name() -> None:
