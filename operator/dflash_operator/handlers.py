@@ -3,7 +3,9 @@
 Indexes (dflash_operator.observed) keep slim copies of the children, their pods and the DFlashDeployments, so a
 pass reads nothing from the API server. Plain event handlers rather than kopf's create/update handlers: those
 persist progress on the object (an annotation and a status field per change), which is write traffic a
-level-based reconcile does not need. Failed passes are retried here, with a delay, from the latest indexed body.
+level-based reconcile does not need. Handlers only put the DFlashDeployment's key on a work queue
+(dflash_operator.workqueue), whose threads run each pass on the newest indexed copy; failed passes go back on it
+after a delay.
 One resync thread does only what no watch can tell: progress lines of running downloads and /metrics of running
 pods. It is not a kopf timer: kopf puts a finalizer on every object that has a timer or daemon, which costs a write
 per object and leaves DFlashDeployments stuck behind it once the operator is uninstalled.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import functools
 import logging
 import threading
 import time
@@ -48,11 +51,15 @@ from dflash_operator.render_cache import cache_job_name
 from dflash_operator.scope import WatchScope
 from dflash_operator.speculation_window import Windows
 from dflash_operator.watch_health import WatchActivity, WatchWedged, observe_kopf_watches, verdict
+from dflash_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 # The API server filters the child and pod watches by it (kopf's label_selectors), so no handler re-checks it.
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 ERROR_RETRY_SECONDS = 10.0
+# Threads taking DFlashDeployments off the work queue. A pass mostly waits for the API server; eight keep a
+# 2-core control plane busy without piling up requests it can only queue (the scale bench's 10,000 CRs).
+RECONCILE_THREADS = 8
 
 
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -82,6 +89,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # The live indexes are handed over by the first handler call (kopf passes indexes to handlers only).
     memo.shared = {"observed": None, "context": None}
     memo.cache_jobs = {}  # uid -> (generation, cache Job name): the spec is validated once per generation
+    memo.work = WorkQueue(functools.partial(_pass_for_key, memo), RECONCILE_THREADS)
+    memo.work.start()
     memo.locks = collections.defaultdict(threading.Lock)  # one reconcile at a time per DFlashDeployment
     config: OperatorConfig = memo.config
     metrics.serve(config.metrics_port, config.metrics_address)
@@ -106,6 +115,14 @@ def _in_handler_context(memo: kopf.Memo, fn: Callable[..., None], *args: Any) ->
         context.copy().run(fn, *args)   # a copy each time: one Context cannot be entered by two threads at once
 
 
+def _pass_for_key(memo: kopf.Memo, key: tuple[str, str]) -> None:
+    """A work-queue thread's pass over one DFlashDeployment, on the newest copy the index holds."""
+    observed: Observed | None = memo.shared["observed"]
+    body = observed.dfd(*key) if observed is not None else None  # keys come from handlers, which set observed
+    if body is not None and observed is not None:
+        _in_handler_context(memo, _run, memo, body, observed)
+
+
 def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: bool = False) -> None:
     meta = body["metadata"]
     if meta.get("deletionTimestamp"):
@@ -122,19 +139,19 @@ def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: 
         except RetryLater as error:
             metrics.RECONCILES.labels("retry").inc()
             log.info("retrying %s/%s in %.0f s: %s", meta["namespace"], meta["name"], error.delay, error)
-            _retry_later(memo, meta["namespace"], meta["name"], observed, error.delay)
+            _retry_later(memo, meta["namespace"], meta["name"], error.delay)
             return
         except Exception:
             metrics.RECONCILES.labels("error").inc()
             log.exception("reconcile of %s/%s failed; retrying in %.0f s", meta["namespace"], meta["name"],
                           ERROR_RETRY_SECONDS)
-            _retry_later(memo, meta["namespace"], meta["name"], observed, ERROR_RETRY_SECONDS)
+            _retry_later(memo, meta["namespace"], meta["name"], ERROR_RETRY_SECONDS)
             return
     metrics.RECONCILES.labels("ok").inc()
 
 
-def _retry_later(memo: kopf.Memo, namespace: str, name: str, observed: Observed, delay: float) -> None:
-    """One pending retry per DFlashDeployment, run on the body the index holds by then."""
+def _retry_later(memo: kopf.Memo, namespace: str, name: str, delay: float) -> None:
+    """One pending retry per DFlashDeployment: its key goes back on the work queue after `delay`."""
     key = (namespace, name)
     with memo.retries_lock:
         if key in memo.retries:
@@ -144,9 +161,7 @@ def _retry_later(memo: kopf.Memo, namespace: str, name: str, observed: Observed,
     def again() -> None:
         with memo.retries_lock:
             memo.retries.discard(key)
-        body = observed.dfd(namespace, name)
-        if body is not None:
-            _in_handler_context(memo, _run, memo, body, observed)
+        memo.work.add(key)
 
     timer = threading.Timer(delay, again)
     timer.daemon = True
@@ -190,7 +205,8 @@ def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: A
         memo.windows.forget(body.metadata.uid or "")
         metrics.forget(body.metadata.uid or "")
         return
-    _run(memo, body, _observed(memo, kwargs))
+    _observed(memo, kwargs)
+    memo.work.add((body.metadata.namespace or "", body.metadata.name or ""))
 
 
 def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace: str | None,
@@ -207,7 +223,7 @@ def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace
         dfd = observed.dfd(namespace or "", owner["name"])
         if dfd is None or dfd["metadata"].get("uid") != owner["uid"]:
             continue  # the owner is gone or replaced; the garbage collector takes the child
-        _run(memo, dfd, observed)
+        memo.work.add((namespace or "", owner["name"]))
 
 
 def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None:
