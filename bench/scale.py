@@ -98,27 +98,39 @@ class Arrivals:
                    "claims": (core.list_namespaced_persistent_volume_claim, (namespace,), lambda o: True),
                    "statuses": (custom.list_namespaced_custom_object, (*API, namespace, "dflashdeployments"),
                                 lambda o: bool((o.get("status") or {}).get("cache")))}
+        self.started = threading.Barrier(len(sources) + 1)  # every watch has listed before the step begins
         for what, (list_fn, list_args, counts) in sources.items():
-            listed = list_fn(*list_args, _preload_content=False)
-            version = json.loads(listed.data)["metadata"]["resourceVersion"]
-            threading.Thread(target=self._watch, args=(what, list_fn, list_args, version, counts),
-                             daemon=True).start()
+            threading.Thread(target=self._watch, args=(what, list_fn, list_args, counts), daemon=True).start()
+        self.started.wait()
 
-    def _watch(self, what: str, list_fn, list_args: tuple, version: str, counts) -> None:
-        stream = kubernetes.watch.Watch().stream(list_fn, *list_args, resource_version=version,
-                                                 timeout_seconds=int(self.timeout))
-        try:
-            self._count(what, stream, counts)
-        except urllib3.exceptions.ProtocolError:
-            return  # the control plane went away after the step
+    def _list(self, what: str, list_fn, list_args: tuple, counts) -> str:
+        listed = json.loads(list_fn(*list_args, _preload_content=False).data)
+        with self.changed:
+            self.seen[what].update(o["metadata"]["name"] for o in listed["items"] if counts(o))
+            self.changed.notify_all()
+        return listed["metadata"]["resourceVersion"]
 
-    def _count(self, what: str, stream, counts) -> None:
-        for event in stream:
-            obj = event["raw_object"]
-            if event["type"] in ("ADDED", "MODIFIED") and counts(obj):
-                with self.changed:
-                    self.seen[what].add(obj["metadata"]["name"])
-                    self.changed.notify_all()
+    def _watch(self, what: str, list_fn, list_args: tuple, counts) -> None:
+        # A watch the server ends (its timeout, or a consumer it finds too slow) is opened again from the last
+        # version seen; one whose version has expired (410) starts again from a fresh list.
+        version = self._list(what, list_fn, list_args, counts)
+        self.started.wait()
+        while True:
+            try:
+                for event in kubernetes.watch.Watch().stream(list_fn, *list_args, resource_version=version,
+                                                             timeout_seconds=300):
+                    obj = event["raw_object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if event["type"] in ("ADDED", "MODIFIED") and counts(obj):
+                        with self.changed:
+                            self.seen[what].add(obj["metadata"]["name"])
+                            self.changed.notify_all()
+            except kubernetes.client.ApiException as error:
+                if error.status != 410:
+                    raise
+                version = self._list(what, list_fn, list_args, counts)
+            except (urllib3.exceptions.ProtocolError, urllib3.exceptions.MaxRetryError):
+                return  # the control plane went away after the step
 
     def wait(self) -> float:
         """The moment the last of them arrived."""
