@@ -48,8 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 API = ("serving.dflash.dev", "v1alpha1")
 WORKERS = 16
 CPU_PROCESSES = ("operator", "kube-apiserver", "etcd")
-# What the operator writes or reads. Pods and events are left out: with no node, the Job controller keeps
-# recreating the cache pods and the scheduler posts FailedScheduling events, neither of which is the operator's.
+
 
 def dfd_body(index: int) -> dict[str, Any]:
     # A distinct pair per CR, so each one has its own cache (the worst case for children).

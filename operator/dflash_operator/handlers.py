@@ -117,9 +117,9 @@ def _in_handler_context(memo: kopf.Memo, fn: Callable[..., None], *args: Any) ->
 
 def _pass_for_key(memo: kopf.Memo, key: tuple[str, str]) -> None:
     """A work-queue thread's pass over one DFlashDeployment, on the newest copy the index holds."""
-    observed: Observed | None = memo.shared["observed"]
-    body = observed.dfd(*key) if observed is not None else None  # keys come from handlers, which set observed
-    if body is not None and observed is not None:
+    observed: Observed | None = memo.shared["observed"]  # set by the handler that added the first key
+    body = observed.dfd(*key) if observed is not None else None
+    if body is not None:
         _in_handler_context(memo, _run, memo, body, observed)
 
 
@@ -216,14 +216,12 @@ def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace
     A shared cache has one owner per DFlashDeployment using it; serving objects have exactly one."""
     if type == "DELETED":
         memo.ledger.forget((body.get("apiVersion"), body.get("kind"), namespace, body.metadata.name))
-    observed = _observed(memo, kwargs)
+    _observed(memo, kwargs)
+    # Only the key: the pass reads the owner from the index, and finds nothing to do for one that is gone. (One
+    # replaced under the same name gets a pass too: it may have to create again what the collector takes.)
     for owner in body.metadata.get("ownerReferences", []):
-        if owner.get("kind") != KIND:
-            continue
-        dfd = observed.dfd(namespace or "", owner["name"])
-        if dfd is None or dfd["metadata"].get("uid") != owner["uid"]:
-            continue  # the owner is gone or replaced; the garbage collector takes the child
-        memo.work.add((namespace or "", owner["name"]))
+        if owner.get("kind") == KIND:
+            memo.work.add((namespace or "", owner["name"]))
 
 
 def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None:

@@ -35,8 +35,8 @@ DFDS_INDEX = "observed_dflashdeployments"
 def trim_watch_event(plural: str, event: Any) -> None:
     """Sheds, in place, what nothing in this operator reads from a watched object, before kopf queues the event:
     managedFields (often the largest part of a child), and a pod's spec (pods are only indexed, by labels and
-    status). kopf keeps each object's latest event until a worker takes it: at 1,000 DFlashDeployments applied at
-    once that backlog set the operator's peak memory, and with it the RSS it keeps."""
+    status). kopf holds each object's pending events until a worker takes them: during a burst, what an event
+    carries is held that long."""
     if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
         return  # a bookmark of kopf's (end of listing) or an error event
     body = event["object"]

@@ -19,9 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class WorkQueue:
-    def __init__(self, handle: Callable[[Hashable], None], threads: int, name: str = "reconcile") -> None:
-        self._handle = handle
-        self._threads, self._name = threads, name
+    def __init__(self, handle: Callable[[Hashable], None], threads: int) -> None:
+        self._handle, self._threads = handle, threads
         self._changed = threading.Condition()
         self._order: collections.deque[Hashable] = collections.deque()
         self._queued: set[Hashable] = set()
@@ -30,7 +29,7 @@ class WorkQueue:
 
     def start(self) -> None:
         for number in range(self._threads):
-            threading.Thread(target=self._work, name=f"{self._name}-{number}", daemon=True).start()
+            threading.Thread(target=self._work, name=f"reconcile-{number}", daemon=True).start()
 
     def add(self, key: Hashable) -> None:
         with self._changed:
