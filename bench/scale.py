@@ -281,8 +281,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "count": args.count,
         "operator_src": args.operator_src or str(REPO),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "versions": {"kubernetes": "v1.37.2", "kopf": _version("kopf"), "kubernetes_client": _version("kubernetes")},
+        "machine": machine(),
+        "versions": versions(),
         "latency_ms": {"operator_p50": statistics.median(latency_ms), "operator_p99": percentile(latency_ms, 0.99),
                        "floor_p50": statistics.median(floor_ms), "floor_p99": percentile(floor_ms, 0.99),
                        "operator_raw": latency_ms, "floor_raw": floor_ms},
@@ -309,9 +309,13 @@ def _create(client: kubernetes.client.ApiClient, obj: dict[str, Any]) -> None:
         kubernetes.client.CoreV1Api(client).create_namespaced_persistent_volume_claim(namespace, copy.deepcopy(obj))
 
 
-def _version(dist: str) -> str:
+def machine() -> dict[str, Any]:
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def versions() -> dict[str, str]:
     from importlib.metadata import version
-    return version(dist)
+    return {"kubernetes": "v1.37.2", "kopf": version("kopf"), "kubernetes_client": version("kubernetes")}
 
 
 def table(result: dict[str, Any]) -> str:

@@ -181,23 +181,26 @@ def probe_watches(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 
 
 # --- indexes ------------------------------------------------------------------------------------------------------
+# Indexers and event handlers are coroutines: kopf runs a plain function in its thread pool, two hand-offs per
+# watch event (an indexer and an event handler) that cost more than the work itself, which is a dict built or a
+# key queued without blocking.
 
-def index_child(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
+async def index_child(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
     return {(namespace, name): packed(slim_child(body))}
 
 
-def index_pod(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> dict[Any, Any]:
+async def index_pod(body: kopf.Body, namespace: str | None, labels: Mapping[str, str], **_: Any) -> dict[Any, Any]:
     pod = packed(slim_pod(body))
     return {key: pod for key in pod_keys(namespace or "", labels)}
 
 
-def index_dfd(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
+async def index_dfd(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
     return {(namespace, name): packed(slim_child(body))}
 
 
 # --- event handlers -----------------------------------------------------------------------------------------------
 
-def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+async def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
     if type == "DELETED":
         memo.ledger.forget_owner(body.metadata.uid or "")
         memo.locks.pop(body.metadata.uid, None)  # one lock per live DFlashDeployment, not per one ever seen
@@ -209,7 +212,7 @@ def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: A
     memo.work.add((body.metadata.namespace or "", body.metadata.name or ""))
 
 
-def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace: str | None,
+async def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace: str | None,
                    **kwargs: Any) -> None:
     """A child changed or vanished: reconcile its owners, which re-apply the child if it drifted.
 

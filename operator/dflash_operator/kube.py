@@ -71,6 +71,20 @@ class Kube:
         query = [("fieldManager", field_manager), ("force", "true")] + ([("dryRun", "All")] if dry_run else [])
         return self._call(path, "PATCH", body=obj, content_type="application/apply-patch+yaml", query=query)
 
+    def create(self, obj: dict[str, Any], field_manager: str, dry_run: bool = False) -> dict[str, Any]:
+        """POST: creates an object that does not exist yet; 409 AlreadyExists when it does.
+
+        Costs the API server less CPU than a server-side apply that creates the same object (bench/request_cost.py,
+        2026-12-03: a cache Job 2.5 against 5.2 ms, its claim 2.2 against 2.6, a Deployment's dry run 2.8 against 4.0).
+        The fields it sets are owned by `field_manager` as an Update, not an Apply: a later apply leaves a field it
+        drops in place, so this is for objects whose fields never go away (see reconcile.CREATED_ONCE).
+        dry_run: validation and admission run in full before the server looks for an existing object, so a dry
+        run's 409 also means the object passed them."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]).rpartition("/")[0]
+        query = [("fieldManager", field_manager)] + ([("dryRun", "All")] if dry_run else [])
+        return self._call(path, "POST", body=obj, query=query)
+
     def patch_dfd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status},
                                                           field_manager=FIELD_MANAGER)

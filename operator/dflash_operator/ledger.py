@@ -49,7 +49,7 @@ class Ledger:
         """True when exactly this object was applied and the watch has not shown it (nor its deletion) yet."""
         with self._lock:
             entry = self._applied.get(object_key(obj))
-            return entry is not None and entry[0] == fingerprint(obj)
+        return entry is not None and entry[0] == fingerprint(obj)
 
     def seen_before_own_apply(self, obj: dict[str, Any], seen: dict[str, Any]) -> bool:
         """True when `seen` (the watch's copy) predates this process's last apply of exactly `obj`: the watch has not
@@ -65,8 +65,9 @@ class Ledger:
     def record_apply(self, obj: dict[str, Any], answer: dict[str, Any] | None = None) -> None:
         """`answer`: the object as the server returned it (its resourceVersion dates this apply)."""
         version = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
+        entry = (fingerprint(obj), version)  # hashed outside the lock: eight reconcile threads share it
         with self._lock:
-            self._applied[object_key(obj)] = (fingerprint(obj), version)
+            self._applied[object_key(obj)] = entry
 
     def forget(self, key: ObjectKey) -> None:
         """The object was deleted: the next pass must apply it again."""

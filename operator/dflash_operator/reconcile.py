@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 # (event type, reason, message) -> posted on the DFlashDeployment
 EventSink = Callable[[str, str, str], None]
+# Kinds created with a POST when absent (Kube.create), applied otherwise. Their fields never go away, which a
+# created object's ownership needs: a cache Job's template cannot change (another pair or fetch config is another
+# Job name), and a claim's only change is growing, through an apply (claim_not_smaller).
+CREATED_ONCE = frozenset({"Job", "PersistentVolumeClaim"})
 
 
 class RetryLater(Exception):
@@ -170,9 +174,12 @@ def _preflight(kube: Kube, observed: Observed, ledger: Ledger, dfd: DFlashDeploy
         return
     deployment = render_deployment(dfd, config.render, CacheFacts(claim_name=cache_name(dfd)))
     try:
-        kube.apply(deployment, field_manager=field_manager(deployment, meta["uid"]), dry_run=True)
+        kube.create(deployment, field_manager=field_manager(deployment, meta["uid"]), dry_run=True)
     except ApiException as error:
-        _raise_api_error(error, deployment)
+        # A dry-run create validates the rendered object as a whole, even where one exists already (a spec change
+        # while serving): the server answers AlreadyExists only once validation and admission have passed.
+        if not _already_exists(error):
+            _raise_api_error(error, deployment)
     ledger.record_preflight(meta["uid"], meta.get("generation", 0))
 
 
@@ -208,12 +215,28 @@ def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: li
             current.append(None)  # applied by an earlier pass; its watch event is on the way
             continue
         try:
-            answer = kube.apply(obj, field_manager=field_manager(obj, uid))
+            answer = _create_or_apply(kube, obj, field_manager(obj, uid), absent=seen is None)
             current.append(answer)
             ledger.record_apply(obj, answer)
         except ApiException as error:
             _raise_api_error(error, obj)
     return current
+
+
+def _create_or_apply(kube: Kube, obj: dict[str, Any], manager: str, absent: bool) -> dict[str, Any]:
+    """A cache object the indexes do not show is created (a POST costs the API server about half of an apply that
+    creates); one that exists after all (the watch lags) is applied. Everything else is always applied."""
+    if absent and obj["kind"] in CREATED_ONCE:
+        try:
+            return kube.create(obj, field_manager=manager)
+        except ApiException as error:
+            if not _already_exists(error):
+                raise
+    return kube.apply(obj, field_manager=manager)
+
+
+def _already_exists(error: ApiException) -> bool:
+    return error.status == 409 and _api_reason(error) == "AlreadyExists"
 
 
 def _cache_outcome(kube: Kube, observed: Observed, namespace: str, job_name: str) -> cache_outcome.CacheOutcome:
@@ -252,6 +275,14 @@ def _namespace_terminating(error: ApiException) -> bool:
     except (TypeError, ValueError, AttributeError):
         return False
     return error.status == 403 and any(c.get("reason") == "NamespaceTerminating" for c in causes)
+
+
+def _api_reason(error: ApiException) -> str:
+    """The Status object's machine-readable reason (AlreadyExists, Invalid, ...), or '' when the body has none."""
+    try:
+        return str(json.loads(error.body or "").get("reason") or "")
+    except (TypeError, ValueError, AttributeError):
+        return ""
 
 
 def _api_message(error: ApiException) -> str:

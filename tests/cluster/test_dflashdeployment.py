@@ -198,6 +198,20 @@ def test_a_pod_spec_the_api_server_refuses_stalls_before_any_download(
     wait_for(lambda: deployment(api_client, namespace, "tolerant"), "the Deployment after the fix")
     wait_for(lambda: condition_is(api_client, namespace, "tolerant", "Stalled", "False"), "Stalled=False")
 
+    # While it serves, a change that needs a new download and brings a pod spec the server refuses. The dry run
+    # is a create of a Deployment that exists: the server validates the new one before it looks for the old one,
+    # so the refusal still comes first and the new download does not start.
+    batch = kubernetes.client.BatchV1Api(api_client)
+    jobs = {j.metadata.name for j in batch.list_namespaced_job(namespace).items}
+    apply(control_plane, namespace, dfd("tolerant", target={"repo": "Qwen/Qwen3-Coder-Next", "revision": "v2"},
+                                        tolerations=[{"key": "nvidia.com/gpu", "operator": "Sometimes"}]))
+    stalled = wait_for(lambda: condition_is(api_client, namespace, "tolerant", "Stalled", "True"),
+                       "Stalled=True for the changed spec")
+    cond = condition(stalled, "Stalled")
+    assert cond["reason"] == "ChildRejected" and "Sometimes" in cond["message"], cond
+    assert {j.metadata.name for j in batch.list_namespaced_job(namespace).items} == jobs, "a download started"
+    assert deployment(api_client, namespace, "tolerant") is not None, "the serving Deployment stays"
+
 
 def test_concurrent_edits_of_the_cr_and_its_deployment_end_as_intended_without_a_hot_loop(
         control_plane: ControlPlane, api_client, operator, namespace: str) -> None:

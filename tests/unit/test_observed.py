@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import kopf
 
 from dflash_operator.handlers import index_child, index_dfd, index_pod
@@ -30,9 +32,9 @@ POD = {"metadata": {"name": "coder-1", "namespace": "ns", "labels": {INSTANCE_LA
 
 
 def _observed() -> Observed:
-    jobs = index_child(kopf.Body(JOB), namespace="ns", name="cache-x")
-    dfds = index_dfd(kopf.Body(DFD), namespace="ns", name="coder")
-    pods = index_pod(kopf.Body(POD), namespace="ns", labels=POD["metadata"]["labels"])
+    jobs = asyncio.run(index_child(kopf.Body(JOB), namespace="ns", name="cache-x"))
+    dfds = asyncio.run(index_dfd(kopf.Body(DFD), namespace="ns", name="coder"))
+    pods = asyncio.run(index_pod(kopf.Body(POD), namespace="ns", labels=POD["metadata"]["labels"]))
     indexes = {index_id(k.plural): {} for k in CHILD_KINDS}
     indexes[index_id("jobs")] = {key: [value] for key, value in jobs.items()}
     return Observed({**indexes, DFDS_INDEX: {k: [v] for k, v in dfds.items()},

@@ -40,7 +40,8 @@ class RecordingKube:
 
     def __init__(self, deployment_status: dict[str, Any] | None = None) -> None:
         self.deployment_status = deployment_status or {}
-        self.applied: list[tuple[str, str, str]] = []  # (kind, name, field manager)
+        self.applied: list[tuple[str, str, str]] = []  # (kind, name, field manager) of every stored write
+        self.created: list[tuple[str, str, str]] = []  # those that were POSTs of objects absent from the indexes
         self.statuses: list[dict] = []
         self.logs_read: list[tuple[str, str]] = []
         self.dry_runs: list[tuple[str, str, str]] = []
@@ -59,6 +60,14 @@ class RecordingKube:
         if obj["kind"] == "Deployment":
             answer["status"] = self.deployment_status
         return answer
+
+    def create(self, obj: dict, field_manager: str, dry_run: bool = False) -> dict:
+        if dry_run:
+            self.dry_runs.append((obj["kind"], obj["metadata"]["name"], field_manager))
+            return copy.deepcopy(obj)
+        self.created.append((obj["kind"], obj["metadata"]["name"], field_manager))
+        self.applied.append(self.created[-1])
+        return copy.deepcopy(obj)
 
     def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
         self.statuses.append(status)
@@ -83,7 +92,8 @@ def test_first_pass_applies_only_the_cache_and_says_it_is_downloading() -> None:
     kube, events = RecordingKube(), []
     reconcile(kube, copy.deepcopy(BODY), OperatorConfig(), lambda *e: events.append(e))
     shared = cache_field_manager(UID)
-    assert kube.applied == [("PersistentVolumeClaim", cache_name(DFD), shared), ("Job", JOB, shared)]
+    # Absent from the indexes, the cache objects are created (a POST), not applied.
+    assert kube.created == kube.applied == [("PersistentVolumeClaim", cache_name(DFD), shared), ("Job", JOB, shared)]
     # Before the download: the serving Deployment went through the API server's validation, as a dry run.
     assert kube.dry_runs == [("Deployment", DFD.metadata["name"], FIELD_MANAGER)]
     [status] = kube.statuses
@@ -133,6 +143,8 @@ def test_verified_pair_applies_exactly_the_desired_objects_and_reports_the_rollo
     assert [(k, n) for k, n, _ in kube.applied] == [(o["kind"], o["metadata"]["name"]) for o in expected]
     # The Job on the server already says everything: it is applied again only because the index stub holds just
     # its status; the next test shows an unchanged world costs no apply.
+    # Only the absent cache claim is created; the serving objects are always applied (their fields can go away).
+    assert [k for k, _, _ in kube.created] == ["PersistentVolumeClaim"]
     managers = {k: m for k, _, m in kube.applied}
     assert managers["Deployment"] == managers["Service"] == managers["PodDisruptionBudget"] == FIELD_MANAGER
     assert managers["Job"] == managers["PersistentVolumeClaim"] == cache_field_manager(UID)

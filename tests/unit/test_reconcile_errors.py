@@ -30,6 +30,9 @@ class RefusingKube:
 
     def apply(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
         raise self.error
+    def create(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
+        return self.apply(obj, field_manager, dry_run)  # a POST meets the same answer as an apply
+
     def patch_dfd_status(self, namespace: str, name: str, status: dict) -> None:
         self.statuses.append(status)
 
@@ -162,3 +165,38 @@ def test_a_deployment_deleted_during_the_pass_is_not_an_error() -> None:
             raise ApiException(status=404, reason="Not Found")
 
     reconcile(Gone(422, "rejected"), BODY, OperatorConfig(), lambda *a: None)   # returns quietly
+
+
+class ExistingAlready(RefusingKube):
+    """The cache objects exist although the indexes do not show them yet (a restarted operator, a lagging watch):
+    every POST meets AlreadyExists, every apply succeeds."""
+
+    def __init__(self) -> None:
+        super().__init__(409, "already exists")
+        self.error.body = json.dumps({"message": "already exists", "reason": "AlreadyExists"})
+        self.calls: list[tuple[str, str, bool]] = []  # (verb, kind, dry run)
+
+    def create(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
+        self.calls.append(("create", obj["kind"], dry_run))
+        raise self.error
+
+    def apply(self, obj: dict, field_manager: str = "", dry_run: bool = False) -> dict:
+        self.calls.append(("apply", obj["kind"], dry_run))
+        return obj
+
+
+def test_an_existing_cache_object_is_applied_and_an_existing_deployment_passes_the_dry_run() -> None:
+    kube = ExistingAlready()
+    reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
+    # The dry run's AlreadyExists comes after validation and admission: it passed, and nothing stalls.
+    assert kube.calls == [("create", "Deployment", True),
+                          ("create", "PersistentVolumeClaim", False), ("apply", "PersistentVolumeClaim", False),
+                          ("create", "Job", False), ("apply", "Job", False)]
+    assert not any(c["type"] == "Stalled" and c["status"] == "True" for c in kube.statuses[-1]["conditions"])
+
+
+def test_a_conflict_that_is_not_already_exists_still_retries() -> None:
+    kube = RefusingKube(409, "the object has been modified")
+    kube.error.body = json.dumps({"message": "the object has been modified", "reason": "Conflict"})
+    with pytest.raises(RetryLater):
+        reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
