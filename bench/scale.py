@@ -1,12 +1,15 @@
 """Benchmark: the operator at scale on the real control plane, each figure beside its floor from the same run.
 
-    .venv/bin/python bench/scale.py --count 1000 [--latency-count 50] [--idle-seconds 120]
+    .venv/bin/python bench/scale.py --count 1000 [--latency-count 50] [--gate-count 20] [--idle-seconds 120]
                                     [--operator-src DIR] [--out bench-results/scale-1000.json]
 
 Measures, with DFlashDeployments that wait for their cache (no node runs the download: the common state while
 hundreds of GB download):
-- latency: CR created -> its cache PVC and Job exist, p50/p99 over CRs applied one by one; floor: one client's
-  create -> the object readable by another request;
+- gate: CR by CR, its cache Job complete (one kwok node runs the cache pod, which the bench ends as the kubelet
+  would) -> the serving Deployment exists; floor: a plain client's create of the same Deployment -> seen. The node
+  is removed after this step;
+- latency: CR created -> its cache PVC and Job exist, p50/p99 over CRs applied one by one; floor: a plain client
+  creating the same claim, then the same Job; all seen by watches the bench opens first;
 - bulk: N CRs applied at once -> every child and every first status (seen by watches the bench opens first);
   floor: a plain client creating the same children (rendered by the operator's own renderer) with the same
   concurrency; and the CPU seconds the operator, kube-apiserver and etcd used in each of the two steps;
@@ -42,6 +45,7 @@ from dflash_operator.api import DFlashDeployment
 from dflash_operator.ownership import MANAGED_BY_LABEL
 from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
 from dflash_testkit.apicounts import delta, operator_writes, request_counts
+from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,64 +87,85 @@ def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:
     return objects
 
 
+class FirstSeen:
+    """One watch of one kind in one namespace, from a list on: the moment each object was first seen to satisfy
+    `counts`. A watch the server ends (its timeout, or a consumer it finds too slow) is opened again from the last
+    version seen; one whose version has expired (410) starts again from a fresh list."""
+
+    def __init__(self, list_fn, list_args: tuple, counts=lambda o: True) -> None:
+        self.list_fn, self.list_args, self.counts = list_fn, list_args, counts
+        self.at: dict[str, float] = {}  # name -> time.monotonic() when first seen counting
+        self.changed = threading.Condition()
+        self._listed = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+        self._listed.wait()
+
+    def _record(self, obj: dict[str, Any]) -> None:
+        if self.counts(obj):
+            with self.changed:
+                self.at.setdefault(obj["metadata"]["name"], time.monotonic())
+                self.changed.notify_all()
+
+    def _list(self) -> str:
+        listed = json.loads(self.list_fn(*self.list_args, _preload_content=False).data)
+        for obj in listed["items"]:
+            self._record(obj)
+        return listed["metadata"]["resourceVersion"]
+
+    def _watch(self) -> None:
+        version = self._list()
+        self._listed.set()
+        while True:
+            try:
+                for event in kubernetes.watch.Watch().stream(self.list_fn, *self.list_args, resource_version=version,
+                                                             timeout_seconds=300):
+                    obj = event["raw_object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._record(obj)
+            except kubernetes.client.ApiException as error:
+                if error.status != 410:
+                    raise
+                version = self._list()
+            except (urllib3.exceptions.ProtocolError, urllib3.exceptions.MaxRetryError):
+                return  # the control plane went away after the step
+
+    def when(self, name: str, timeout: float) -> float:
+        """The moment `name` was first seen counting; waits for it."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while name not in self.at:  # waits of a second at most, so that Ctrl-C reaches a waiting bench
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"benchmark step timed out waiting for {name}")
+                self.changed.wait(1.0)
+            return self.at[name]
+
+
 class Arrivals:
     """Watches one namespace's cache Jobs, claims and DFlashDeployments from the present resource version on, and
     tells when `count` of each exist (DFlashDeployments: with a first status)."""
 
     def __init__(self, client: kubernetes.client.ApiClient, namespace: str, count: int, timeout: float) -> None:
         self.count, self.timeout = count, timeout
-        self.seen: dict[str, set[str]] = {"jobs": set(), "claims": set(), "statuses": set()}
-        self.changed = threading.Condition()
         batch, core = kubernetes.client.BatchV1Api(client), kubernetes.client.CoreV1Api(client)
         custom = kubernetes.client.CustomObjectsApi(client)
-        sources = {"jobs": (batch.list_namespaced_job, (namespace,), lambda o: True),
-                   "claims": (core.list_namespaced_persistent_volume_claim, (namespace,), lambda o: True),
-                   "statuses": (custom.list_namespaced_custom_object, (*API, namespace, "dflashdeployments"),
-                                lambda o: bool((o.get("status") or {}).get("cache")))}
-        self.started = threading.Barrier(len(sources) + 1)  # every watch has listed before the step begins
-        for what, (list_fn, list_args, counts) in sources.items():
-            threading.Thread(target=self._watch, args=(what, list_fn, list_args, counts), daemon=True).start()
-        self.started.wait()
-
-    def _list(self, what: str, list_fn, list_args: tuple, counts) -> str:
-        listed = json.loads(list_fn(*list_args, _preload_content=False).data)
-        with self.changed:
-            self.seen[what].update(o["metadata"]["name"] for o in listed["items"] if counts(o))
-            self.changed.notify_all()
-        return listed["metadata"]["resourceVersion"]
-
-    def _watch(self, what: str, list_fn, list_args: tuple, counts) -> None:
-        # A watch the server ends (its timeout, or a consumer it finds too slow) is opened again from the last
-        # version seen; one whose version has expired (410) starts again from a fresh list.
-        version = self._list(what, list_fn, list_args, counts)
-        self.started.wait()
-        while True:
-            try:
-                for event in kubernetes.watch.Watch().stream(list_fn, *list_args, resource_version=version,
-                                                             timeout_seconds=300):
-                    obj = event["raw_object"]
-                    version = obj["metadata"].get("resourceVersion", version)
-                    if event["type"] in ("ADDED", "MODIFIED") and counts(obj):
-                        with self.changed:
-                            self.seen[what].add(obj["metadata"]["name"])
-                            self.changed.notify_all()
-            except kubernetes.client.ApiException as error:
-                if error.status != 410:
-                    raise
-                version = self._list(what, list_fn, list_args, counts)
-            except (urllib3.exceptions.ProtocolError, urllib3.exceptions.MaxRetryError):
-                return  # the control plane went away after the step
+        # Every watch has listed before the step begins.
+        self.watches = [FirstSeen(batch.list_namespaced_job, (namespace,)),
+                        FirstSeen(core.list_namespaced_persistent_volume_claim, (namespace,)),
+                        FirstSeen(custom.list_namespaced_custom_object, (*API, namespace, "dflashdeployments"),
+                                  lambda o: bool((o.get("status") or {}).get("cache")))]
 
     def wait(self) -> float:
         """The moment the last of them arrived."""
         deadline = time.monotonic() + self.timeout
-        with self.changed:
-            # Waits of a second at most, so that Ctrl-C reaches the main thread (a long lock wait defers it).
-            while not all(len(s) >= self.count for s in self.seen.values()):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"benchmark step timed out: {({k: len(v) for k, v in self.seen.items()})}")
-                self.changed.wait(1.0)
-        return time.monotonic()
+        for watch in self.watches:
+            with watch.changed:
+                while len(watch.at) < self.count:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("benchmark step timed out: "
+                                           f"{[len(w.at) for w in self.watches]} of {self.count}")
+                    watch.changed.wait(1.0)
+        return max(max(w.at.values()) for w in self.watches)
 
 
 def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
@@ -190,17 +215,18 @@ def exists(fn, *args) -> bool:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="dflash-scale-"))
-    # No nodes: the cache pods stay Pending, as while a download waits; nothing plays a kubelet.
-    with ControlPlane(workdir=workdir, bin_dir=build_binaries(), crd_files=default_crds(), gpu_nodes=0) as plane:
+    # One kwok node, for the gate step only; removed before the rest, whose cache pods stay Pending as while a
+    # download waits (nothing plays a kubelet for them).
+    with ControlPlane(workdir=workdir, bin_dir=build_binaries(), crd_files=default_crds(), gpu_nodes=1) as plane:
         client = kubernetes.config.new_client_from_config(config_file=str(plane.kubeconfig))
         client.configuration.connection_pool_maxsize = WORKERS * 2
-        core, batch = kubernetes.client.CoreV1Api(client), kubernetes.client.BatchV1Api(client)
-        custom = kubernetes.client.CustomObjectsApi(client)
-        for ns in ("lat", "bulk", "floor"):
+        core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
+        for ns in ("gate", "lat", "lat-floor", "bulk", "floor"):
             core.create_namespace({"metadata": {"name": ns}})
 
         port = free_port()
-        env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "DFLASH_LOG_LEVEL": "WARNING"}
+        # At the operator's default log level, as users run it: the log's lines per CR are one of the figures.
+        env = {k: v for k, v in os.environ.items() if k != "DFLASH_LOG_LEVEL"} | {"KUBECONFIG": str(plane.kubeconfig)}
         if args.operator_src:
             env["PYTHONPATH"] = str(Path(args.operator_src).resolve())
         log = (workdir / "operator.log").open("wb")
@@ -211,27 +237,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             poll(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 120, 0.2)
             time.sleep(5)
             rss_empty = rss_mib(operator.pid)
+            gate_ms, gate_floor_ms = gate_latency(client, args.gate_count, args.timeout)
+            _remove_the_node(core)  # from here on, no node: cache pods stay Pending
 
-            # Latency, one by one; floor: create -> readable by another request.
-            floor_ms, latency_ms = [], []
+            # Latency, one by one: CR created -> its claim and Job seen by watches opened beforehand (the bench
+            # polling with GETs would load the API server the operator's requests wait for).
+            lat = Arrivals(client, "lat", args.latency_count, args.timeout)
+            latency_ms = []
             before = request_counts(plane)
             for i in range(args.latency_count):
-                start = time.monotonic()
-                core.create_namespaced_config_map("lat", {"metadata": {"name": f"probe-{i}"}})
-                floor_ms.append(1000 * (poll(lambda i=i: exists(core.read_namespaced_config_map, f"probe-{i}", "lat"),
-                                             30) - start))
                 claim, job = cache_names(i, "lat")
                 start = time.monotonic()
                 custom.create_namespaced_custom_object(*API, "lat", "dflashdeployments", dfd_body(i))
-                latency_ms.append(1000 * (poll(lambda claim=claim, job=job: exists(
-                    batch.read_namespaced_job, job, "lat") and exists(
-                    core.read_namespaced_persistent_volume_claim, claim, "lat"), 60) - start))
+                latency_ms.append(1000 * (_both_seen(lat, claim, job) - start))
             # Let the first status of the last ones land, then count writes per creation.
             time.sleep(3)
             per_creation = delta(request_counts(plane), before)
-            # The operator's writes only: not the bench's creates, not the Job controller's status updates.
+            # The operator's writes only: not the bench's creates, not the Job controller's status updates. (Before
+            # the floor below, whose creates of the same kinds would count.)
             writes = {k: v for k, v in per_creation.items() if operator_writes({k: v})}
             writes_per_cr = {k: round(v / args.latency_count, 2) for k, v in writes.items()}
+            # Its floor: a plain client creates the same claim, then the same Job -> both seen by the same watches.
+            lat_floor = Arrivals(client, "lat-floor", args.latency_count, args.timeout)
+            floor_ms = []
+            for i in range(args.latency_count):
+                claim, job = cache_names(i, "lat-floor")
+                start = time.monotonic()
+                for obj in plain_children(i, "lat-floor"):
+                    _create(client, obj)
+                floor_ms.append(1000 * (_both_seen(lat_floor, claim, job) - start))
 
             # Floor for bulk: a plain client creates the same children with the same concurrency.
             pids = {"operator": operator.pid, **{c.name: c.process.pid for c in plane.components
@@ -247,6 +281,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # Bulk: N CRs at once -> all children and first status, counted from watches opened beforehand (a
             # LIST of N objects of each kind every second would load the API server the operator shares).
             arrivals = Arrivals(client, "bulk", args.count, args.timeout)
+            log_lines_before = _lines(workdir / "operator.log")
             cpu_before = cpu_seconds(pids)
             start = time.monotonic()
             with ThreadPoolExecutor(WORKERS) as pool:
@@ -256,6 +291,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bulk = arrivals.wait() - start
             cpu_bulk = delta_seconds(cpu_seconds(pids), cpu_before)
             rss_full = rss_mib(operator.pid)
+            bulk_log_lines = _lines(workdir / "operator.log") - log_lines_before
 
             # Idle: nothing changes; count every request the API server serves.
             time.sleep(10)
@@ -286,6 +322,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency_ms": {"operator_p50": statistics.median(latency_ms), "operator_p99": percentile(latency_ms, 0.99),
                        "floor_p50": statistics.median(floor_ms), "floor_p99": percentile(floor_ms, 0.99),
                        "operator_raw": latency_ms, "floor_raw": floor_ms},
+        "gate_latency_ms": {"operator_p50": statistics.median(gate_ms), "operator_p99": percentile(gate_ms, 0.99),
+                            "floor_p50": statistics.median(gate_floor_ms),
+                            "floor_p99": percentile(gate_floor_ms, 0.99),
+                            "operator_raw": gate_ms, "floor_raw": gate_floor_ms},
         "writes_per_creation": writes_per_cr,
         "bulk_seconds": {"operator": bulk, "floor": floor_bulk, "ratio": bulk / floor_bulk,
                          "apply_seconds": applied,
@@ -296,9 +336,59 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           "with_operator": idle,
                           "operator_stopped": baseline},
         "rss_mib": {"empty": rss_empty, "full": rss_full, "after_idle": rss_idle},
+        "log_lines": {"bulk_step": bulk_log_lines, "per_cr": round(bulk_log_lines / args.count, 2)},
         "operator_alive": alive,
         "workdir": str(workdir),
     }
+
+
+def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float) -> tuple[list[float], list[float]]:
+    """The gated pass, CR by CR: its cache Job complete (the pod ended as the kubelet would, with a verified pair)
+    -> the serving Deployment exists, both as the watches see them. Floor: a plain client's create of the same
+    Deployment -> seen by the same watch."""
+    batch, apps = kubernetes.client.BatchV1Api(client), kubernetes.client.AppsV1Api(client)
+    complete = FirstSeen(batch.list_namespaced_job, ("gate",), lambda o: any(
+        c.get("type") == "Complete" and c.get("status") == "True" for c in (o.get("status") or {}).get("conditions")
+        or []))
+    deployments, jobs = FirstSeen(apps.list_namespaced_deployment, ("gate",)), FirstSeen(batch.list_namespaced_job,
+                                                                                          ("gate",))
+    gated, floor = [], []
+    for i in range(count):
+        body = dfd_body(i)
+        kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(*API, "gate", "dflashdeployments",
+                                                                                   body)
+        _, job = cache_names(i, "gate")
+        jobs.when(job, timeout)
+        finish_cache_job(client, "gate", fetch_result(), job_name=job)
+        done = complete.when(job, timeout)
+        gated.append(1000 * (deployments.when(body["metadata"]["name"], timeout) - done))
+        # The same Deployment under another name, with labels of its own (no selector shared with the operator's).
+        spec = client.sanitize_for_serialization(apps.read_namespaced_deployment(body["metadata"]["name"], "gate").spec)
+        spec["selector"] = {"matchLabels": {"floor": str(i)}}
+        spec["template"]["metadata"]["labels"] = {"floor": str(i)}
+        start = time.monotonic()
+        apps.create_namespaced_deployment("gate", {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                   "metadata": {"name": f"floor-{i}"}, "spec": spec})
+        floor.append(1000 * (deployments.when(f"floor-{i}", timeout) - start))
+    return gated, floor
+
+
+def _remove_the_node(core: kubernetes.client.CoreV1Api) -> None:
+    """The gate step's namespace, then the node it ran on: later cache pods find no node."""
+    core.delete_namespace("gate")
+    poll(lambda: not exists(core.read_namespace, "gate"), 300, 0.5)
+    for node in core.list_node().items:
+        core.delete_node(node.metadata.name)
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as text:
+        return sum(1 for _ in text)
+
+
+def _both_seen(arrivals: Arrivals, claim: str, job: str, timeout: float = 60) -> float:
+    jobs, claims = arrivals.watches[0], arrivals.watches[1]
+    return max(jobs.when(job, timeout), claims.when(claim, timeout))
 
 
 def _create(client: kubernetes.client.ApiClient, obj: dict[str, Any]) -> None:
@@ -319,10 +409,12 @@ def versions() -> dict[str, str]:
 
 
 def table(result: dict[str, Any]) -> str:
-    lat, bulk, rss = result["latency_ms"], result["bulk_seconds"], result["rss_mib"]
+    lat, bulk, rss, gate = result["latency_ms"], result["bulk_seconds"], result["rss_mib"], result["gate_latency_ms"]
     rows = [
         ("CR -> children, p50 / p99 (ms)", f"{lat['operator_p50']:.0f} / {lat['operator_p99']:.0f}",
          f"{lat['floor_p50']:.0f} / {lat['floor_p99']:.0f}"),
+        ("cache complete -> Deployment, p50 / p99 (ms)", f"{gate['operator_p50']:.0f} / {gate['operator_p99']:.0f}",
+         f"{gate['floor_p50']:.0f} / {gate['floor_p99']:.0f}"),
         (f"{result['count']} CRs at once -> children + status (s)", f"{bulk['operator']:.1f}",
          f"{bulk['floor']:.1f} (x{bulk['ratio']:.2f})"),
         ("CPU s in that step: operator / apiserver / etcd",
@@ -332,6 +424,7 @@ def table(result: dict[str, Any]) -> str:
         (f"operator's writes / GETs+LISTs in {result['idle_requests']['window_seconds']:g} s idle",
          f"{result['idle_requests']['writes']} / {result['idle_requests']['gets_and_lists']}",
          "0"),
+        ("operator log lines per CR in the bulk step", f"{result['log_lines']['per_cr']:g}", ""),
         ("operator RSS empty / full / idle (MiB)", f"{rss['empty']:.0f} / {rss['full']:.0f} / {rss['after_idle']:.0f}",
          ""),
     ]
@@ -348,6 +441,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=200, help="CRs applied at once")
     parser.add_argument("--latency-count", type=int, default=50, help="CRs applied one by one for latency")
+    parser.add_argument("--gate-count", type=int, default=20,
+                        help="CRs taken one by one through a finished cache to their serving Deployment")
     parser.add_argument("--idle-seconds", type=float, default=120)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the bulk step may take")
     parser.add_argument("--operator-src", help="run the operator package found in this directory instead")
