@@ -12,7 +12,9 @@ hundreds of GB download):
   creating the same claim, then the same Job; all seen by watches the bench opens first;
 - bulk: N CRs applied at once -> every child and every first status (seen by watches the bench opens first);
   floor: a plain client creating the same children (rendered by the operator's own renderer) with the same
-  concurrency; and the CPU seconds the operator, kube-apiserver and etcd used in each of the two steps;
+  concurrency; a second floor: a plain client sending every request of that step per CR (the CR's create, under a
+  twin CRD the operator does not watch, the dry run, both children, the first status); and the CPU seconds the
+  operator, kube-apiserver and etcd used in each step;
 - the operator's writes per CR creation by verb and resource (apiserver_request_total deltas; dry runs apart);
 - idle: every request the API server serves over a window with nothing changing, by verb and resource, less the
   same window with the operator stopped (the cluster's own controllers): the operator's writes and GETs/LISTs;
@@ -40,9 +42,12 @@ from typing import Any
 
 import kubernetes
 import urllib3
+import yaml
 
 from dflash_operator.api import DFlashDeployment
+from dflash_operator.kube import Kube
 from dflash_operator.ownership import MANAGED_BY_LABEL
+from dflash_operator.render import CacheFacts, RenderConfig, render_deployment
 from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
 from dflash_testkit.apicounts import delta, operator_writes, request_counts
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
@@ -52,6 +57,8 @@ REPO = Path(__file__).resolve().parents[1]
 API = ("serving.dflash.dev", "v1alpha1")
 WORKERS = 16
 CPU_PROCESSES = ("operator", "kube-apiserver", "etcd")
+# The DFlashDeployment CRD again under a group the operator does not watch (see twin_crd).
+TWIN = ("floor.dflash.dev", "v1alpha1")
 
 
 def dfd_body(index: int) -> dict[str, Any]:
@@ -85,6 +92,38 @@ def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:
     # minutes for 10,000) would otherwise run on into the operator's step and load the API server it measures.
     objects[1]["spec"]["suspend"] = True
     return objects
+
+
+def twin_crd(workdir: Path) -> Path:
+    """The DFlashDeployment CRD under another group: its objects cost the API server what DFlashDeployments do (the
+    same schema and rules) and never reach the operator, for the floor that sends the operator's own requests."""
+    crd = yaml.safe_load(next(p for p in default_crds() if "dflashdeployments" in p.name).read_text())
+    crd["metadata"]["name"] = f"dflashdeployments.{TWIN[0]}"
+    crd["spec"]["group"] = TWIN[0]
+    for name in ("shortNames", "categories"):
+        crd["spec"]["names"].pop(name, None)
+    path = workdir / "twin-crd.yaml"
+    path.write_text(yaml.safe_dump(crd))
+    return path
+
+
+def same_writes(client: kubernetes.client.ApiClient, index: int, namespace: str, status: dict[str, Any]) -> None:
+    """The requests the operator's first pass sends for one new CR, from a plain client, after the CR's create: the
+    serving Deployment's dry run, the claim, the Job (suspended, as in the children floor) and the first status."""
+    body = dfd_body(index)
+    body["apiVersion"] = "/".join(TWIN)
+    custom = kubernetes.client.CustomObjectsApi(client)
+    custom.create_namespaced_custom_object(*TWIN, namespace, "dflashdeployments", copy.deepcopy(body))
+    body["metadata"].update(namespace=namespace, uid="x")
+    dfd = DFlashDeployment.model_validate({**body, "apiVersion": "/".join(API)})
+    deployment = render_deployment(dfd, RenderConfig(), CacheFacts(claim_name=cache_name(dfd)))
+    deployment["metadata"].pop("ownerReferences", None)
+    kube = Kube(client)
+    kube.create(deployment, "bench", dry_run=True)
+    for obj in plain_children(index, namespace):
+        kube.create(obj, "bench")
+    custom.patch_namespaced_custom_object_status(*TWIN, namespace, "dflashdeployments", body["metadata"]["name"],
+                                                 {"status": status})
 
 
 class FirstSeen:
@@ -217,11 +256,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="dflash-scale-"))
     # One kwok node, for the gate step only; removed before the rest, whose cache pods stay Pending as while a
     # download waits (nothing plays a kubelet for them).
-    with ControlPlane(workdir=workdir, bin_dir=build_binaries(), crd_files=default_crds(), gpu_nodes=1) as plane:
+    with ControlPlane(workdir=workdir, bin_dir=build_binaries(), crd_files=[*default_crds(), twin_crd(workdir)],
+                      gpu_nodes=1) as plane:
         client = kubernetes.config.new_client_from_config(config_file=str(plane.kubeconfig))
         client.configuration.connection_pool_maxsize = WORKERS * 2
         core, custom = kubernetes.client.CoreV1Api(client), kubernetes.client.CustomObjectsApi(client)
-        for ns in ("gate", "lat", "lat-floor", "bulk", "floor"):
+        for ns in ("gate", "lat", "lat-floor", "bulk", "floor", "floor-writes"):
             core.create_namespace({"metadata": {"name": ns}})
 
         port = free_port()
@@ -277,6 +317,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               [o for i in range(args.count) for o in plain_children(i, "floor")]))
             floor_bulk = time.monotonic() - start
             cpu_floor = delta_seconds(cpu_seconds(pids), cpu_before)
+            # A second floor: a plain client sending, per CR, every request the bulk step costs the operator and
+            # the user (the CR's create, the dry run, both children, the first status) with the same concurrency.
+            first_status = custom.get_namespaced_custom_object(*API, "lat", "dflashdeployments", "coder-0")["status"]
+            cpu_before = cpu_seconds(pids)
+            start = time.monotonic()
+            with ThreadPoolExecutor(WORKERS) as pool:
+                list(pool.map(lambda i: same_writes(client, i, "floor-writes", first_status), range(args.count)))
+            floor_writes = time.monotonic() - start
+            cpu_floor_writes = delta_seconds(cpu_seconds(pids), cpu_before)
 
             # Bulk: N CRs at once -> all children and first status, counted from watches opened beforehand (a
             # LIST of N objects of each kind every second would load the API server the operator shares).
@@ -328,6 +377,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             "operator_raw": gate_ms, "floor_raw": gate_floor_ms},
         "writes_per_creation": writes_per_cr,
         "bulk_seconds": {"operator": bulk, "floor": floor_bulk, "ratio": bulk / floor_bulk,
+                         "floor_same_requests": floor_writes, "ratio_same_requests": bulk / floor_writes,
+                         "cpu_seconds_same_requests": cpu_floor_writes,
                          "apply_seconds": applied,
                          # Where the time went: CPU seconds each process used during each step (2 cores shared).
                          "cpu_seconds": {"operator_step": cpu_bulk, "floor_step": cpu_floor}},
@@ -417,9 +468,13 @@ def table(result: dict[str, Any]) -> str:
          f"{gate['floor_p50']:.0f} / {gate['floor_p99']:.0f}"),
         (f"{result['count']} CRs at once -> children + status (s)", f"{bulk['operator']:.1f}",
          f"{bulk['floor']:.1f} (x{bulk['ratio']:.2f})"),
+        ("  the same requests from a plain client (s)", f"{bulk['operator']:.1f}",
+         f"{bulk['floor_same_requests']:.1f} (x{bulk['ratio_same_requests']:.2f})"),
         ("CPU s in that step: operator / apiserver / etcd",
          " / ".join(f"{bulk['cpu_seconds']['operator_step'].get(n, 0):.1f}" for n in CPU_PROCESSES),
-         " / ".join(f"{bulk['cpu_seconds']['floor_step'].get(n, 0):.1f}" for n in CPU_PROCESSES)),
+         " / ".join(f"{bulk['cpu_seconds']['floor_step'].get(n, 0):.1f}" for n in CPU_PROCESSES)
+         + " (same requests: " + " / ".join(f"{bulk['cpu_seconds_same_requests'].get(n, 0):.1f}"
+                                           for n in CPU_PROCESSES) + ")"),
         ("writes per CR creation", json.dumps(result["writes_per_creation"]), "children + 2 = 4"),
         (f"operator's writes / GETs+LISTs in {result['idle_requests']['window_seconds']:g} s idle",
          f"{result['idle_requests']['writes']} / {result['idle_requests']['gets_and_lists']}",
