@@ -136,6 +136,7 @@ class FirstSeen:
         self.at: dict[str, float] = {}  # name -> time.monotonic() when first seen counting
         self.changed = threading.Condition()
         self._listed = threading.Event()
+        self.closed = False
         threading.Thread(target=self._watch, daemon=True).start()
         self._listed.wait()
 
@@ -154,7 +155,7 @@ class FirstSeen:
     def _watch(self) -> None:
         version = self._list()
         self._listed.set()
-        while True:
+        while not self.closed:
             try:
                 for event in kubernetes.watch.Watch().stream(self.list_fn, *self.list_args, resource_version=version,
                                                              timeout_seconds=300):
@@ -165,9 +166,15 @@ class FirstSeen:
             except kubernetes.client.ApiException as error:
                 if error.status != 410:
                     raise
-                version = self._list()
+                if not self.closed:
+                    version = self._list()
             except (urllib3.exceptions.ProtocolError, urllib3.exceptions.MaxRetryError):
                 return  # the control plane went away after the step
+
+    def close(self) -> None:
+        """No request from here on: the open stream lapses with its timeout, and nothing re-watches or re-lists (the
+        idle window counts every request the API server serves)."""
+        self.closed = True
 
     def when(self, name: str, timeout: float) -> float:
         """The moment `name` was first seen counting; waits for it."""
@@ -277,7 +284,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             poll(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 120, 0.2)
             time.sleep(5)
             rss_empty = rss_mib(operator.pid)
-            gate_ms, gate_floor_ms = gate_latency(client, args.gate_count, args.timeout)
+            gate_ms, gate_floor_ms, gate_watches = gate_latency(client, args.gate_count, args.timeout)
             _remove_the_node(core)  # from here on, no node: cache pods stay Pending
 
             # Latency, one by one: CR created -> its claim and Job seen by watches opened beforehand (the bench
@@ -342,7 +349,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rss_full = rss_mib(operator.pid)
             bulk_log_lines = _lines(workdir / "operator.log") - log_lines_before
 
-            # Idle: nothing changes; count every request the API server serves.
+            # Idle: nothing changes; count every request the API server serves (the bench's own watches closed).
+            for watch in [*lat.watches, *lat_floor.watches, *arrivals.watches, *gate_watches]:
+                watch.close()
             time.sleep(10)
             before = request_counts(plane)
             time.sleep(args.idle_seconds)
@@ -393,7 +402,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float) -> tuple[list[float], list[float]]:
+def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float
+                 ) -> tuple[list[float], list[float], list[FirstSeen]]:
     """The gated pass, CR by CR: its cache Job complete (the pod ended as the kubelet would, with a verified pair)
     -> the serving Deployment exists, both as the watches see them. Floor: a plain client's create of the same
     Deployment -> seen by the same watch."""
@@ -403,7 +413,8 @@ def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float
         or []))
     deployments, jobs = FirstSeen(apps.list_namespaced_deployment, ("gate",)), FirstSeen(batch.list_namespaced_job,
                                                                                           ("gate",))
-    gated, floor = [], []
+    gated: list[float] = []
+    floor: list[float] = []
     for i in range(count):
         body = dfd_body(i)
         kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(*API, "gate", "dflashdeployments",
@@ -421,7 +432,7 @@ def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float
         apps.create_namespaced_deployment("gate", {"apiVersion": "apps/v1", "kind": "Deployment",
                                                    "metadata": {"name": f"floor-{i}"}, "spec": spec})
         floor.append(1000 * (deployments.when(f"floor-{i}", timeout) - start))
-    return gated, floor
+    return gated, floor, [complete, deployments, jobs]
 
 
 def _remove_the_node(core: kubernetes.client.CoreV1Api) -> None:
