@@ -213,7 +213,7 @@ async def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwa
 
 
 async def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, namespace: str | None,
-                   **kwargs: Any) -> None:
+                         **kwargs: Any) -> None:
     """A child changed or vanished: reconcile its owners, which re-apply the child if it drifted.
 
     A shared cache has one owner per DFlashDeployment using it; serving objects have exactly one."""

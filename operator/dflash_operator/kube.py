@@ -1,4 +1,5 @@
-"""The operator's only door to the API server for writes: server-side apply of children, status, log reads.
+"""The operator's only door to the API server for writes: server-side apply or create of children, status, log
+reads.
 
 Reads of objects come from the watch-fed indexes (dflash_operator.observed), never from here."""
 

@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 # (event type, reason, message) -> posted on the DFlashDeployment
 EventSink = Callable[[str, str, str], None]
 # Kinds created with a POST when absent (Kube.create), applied otherwise. Their fields never go away, which a
-# created object's ownership needs: a cache Job's template cannot change (another pair or fetch config is another
-# Job name), and a claim's only change is growing, through an apply (claim_not_smaller).
+# created object's ownership needs: a Job's template is immutable (the API server refuses a change), and a claim's
+# only change is growing, through an apply (claim_not_smaller).
 CREATED_ONCE = frozenset({"Job", "PersistentVolumeClaim"})
 
 
@@ -224,8 +224,8 @@ def _apply_differing(kube: Kube, observed: Observed, ledger: Ledger, objects: li
 
 
 def _create_or_apply(kube: Kube, obj: dict[str, Any], manager: str, absent: bool) -> dict[str, Any]:
-    """A cache object the indexes do not show is created (a POST costs the API server about half of an apply that
-    creates); one that exists after all (the watch lags) is applied. Everything else is always applied."""
+    """A cache object the indexes do not show is created (a POST costs the API server less than an apply that
+    creates: Kube.create); one that exists after all (the watch lags) is applied. Everything else is applied."""
     if absent and obj["kind"] in CREATED_ONCE:
         try:
             return kube.create(obj, field_manager=manager)

@@ -14,7 +14,7 @@ from dflash_operator.kube import object_path
 from dflash_operator.ownership import CHILD_KINDS, FIELD_MANAGER, cache_field_manager, field_manager, owner_reference
 
 HELPERS = Path(__file__).resolve().parents[2] / "charts" / "dflash-operator" / "templates" / "_helpers.tpl"
-# What the operator does to its children: server-side apply (create or patch), and watch them.
+# What the operator does to its children: server-side apply (create or patch), a POST (Kube.create), and watch them.
 CHILD_VERBS = {"get", "list", "watch", "create", "patch"}
 
 
