@@ -23,12 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
-from scale import API, cpu_seconds, dfd_body, machine, versions  # the scale bench's, beside this file
+from scale import API, cpu_seconds, dfd_body, machine, plain_children, plain_deployment, versions  # beside this
 
-from dflash_operator.api import DFlashDeployment
 from dflash_operator.kube import Kube
-from dflash_operator.render import CacheFacts, RenderConfig, render_deployment
-from dflash_operator.render_cache import CacheConfig, cache_name, render_cache_job, render_cache_pvc
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,30 +40,12 @@ FIRST_STATUS = {  # the shape of a waiting DFlashDeployment's first status, as t
                                 ("Stalled", "False"))]}
 
 
-def _dfd(index: int, namespace: str) -> DFlashDeployment:
-    body = dfd_body(index)
-    body["metadata"].update(namespace=namespace, uid="x")
-    return DFlashDeployment.model_validate(body)
-
-
-def _unowned(obj: dict[str, Any]) -> dict[str, Any]:
-    obj["metadata"].pop("ownerReferences", None)  # its owner does not exist: the collector would take it
-    return obj
+def _claim(index: int, namespace: str) -> dict[str, Any]:
+    return plain_children(index, namespace)[0]  # the scale bench's floor objects: unowned, unlabelled
 
 
 def _job(index: int, namespace: str) -> dict[str, Any]:
-    job = _unowned(render_cache_job(_dfd(index, namespace), CacheConfig()))
-    job["spec"]["suspend"] = True  # no pods: the Job controller's work is not this request's cost
-    return job
-
-
-def _claim(index: int, namespace: str) -> dict[str, Any]:
-    return _unowned(render_cache_pvc(_dfd(index, namespace)))
-
-
-def _deployment(index: int, namespace: str) -> dict[str, Any]:
-    dfd = _dfd(index, namespace)
-    return _unowned(render_deployment(dfd, RenderConfig(), CacheFacts(claim_name=cache_name(dfd))))
+    return plain_children(index, namespace)[1]  # suspended: the Job controller's pods are not this request's cost
 
 
 def run(count: int) -> dict[str, Any]:
@@ -100,9 +79,9 @@ def run(count: int) -> dict[str, Any]:
             "claim create (POST)": step("claim-post", lambda i, ns: kube.create(_claim(i, ns), MANAGER)),
             "claim apply (SSA, creates)": step("claim-apply", lambda i, ns: kube.apply(_claim(i, ns), MANAGER)),
             "deployment dry-run create": step("dry-post", lambda i, ns: kube.create(
-                _deployment(i, ns), MANAGER, dry_run=True)),
+                plain_deployment(i, ns), MANAGER, dry_run=True)),
             "deployment dry-run apply": step("dry-apply", lambda i, ns: kube.apply(
-                _deployment(i, ns), MANAGER, dry_run=True)),
+                plain_deployment(i, ns), MANAGER, dry_run=True)),
             "first status patch": step("status", lambda i, ns: kube.patch_dfd_status(
                 ns, f"coder-{i}", FIRST_STATUS), namespace="crs"),
         }

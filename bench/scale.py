@@ -69,17 +69,28 @@ def dfd_body(index: int) -> dict[str, Any]:
                      "draft": {"repo": "z-lab/Qwen3-Coder-Next-DFlash"}}}
 
 
-def cache_names(index: int, namespace: str) -> tuple[str, str]:
+def dfd_model(index: int, namespace: str) -> DFlashDeployment:
+    """The `index`-th CR as the operator parses it (placed in `namespace`; the uid only fills the field)."""
     body = dfd_body(index)
     body["metadata"].update(namespace=namespace, uid="x")
-    dfd = DFlashDeployment.model_validate(body)
+    return DFlashDeployment.model_validate(body)
+
+
+def cache_names(index: int, namespace: str) -> tuple[str, str]:
+    dfd = dfd_model(index, namespace)
     return cache_name(dfd), cache_job_name(dfd, CacheConfig())
 
 
+def plain_deployment(index: int, namespace: str) -> dict[str, Any]:
+    """The serving Deployment the operator would dry-run for the `index`-th CR, without the owner it lacks here."""
+    dfd = dfd_model(index, namespace)
+    deployment = render_deployment(dfd, RenderConfig(), CacheFacts(claim_name=cache_name(dfd)))
+    deployment["metadata"].pop("ownerReferences", None)
+    return deployment
+
+
 def plain_children(index: int, namespace: str) -> list[dict[str, Any]]:
-    body = dfd_body(index)
-    body["metadata"].update(namespace=namespace, uid="x")
-    dfd = DFlashDeployment.model_validate(body)
+    dfd = dfd_model(index, namespace)
     objects = [render_cache_pvc(dfd), render_cache_job(dfd, CacheConfig())]
     for obj in objects:  # no owner: the garbage collector would take children of a DFlashDeployment that is not
         obj["metadata"].pop("ownerReferences", None)
@@ -113,13 +124,9 @@ def same_writes(client: kubernetes.client.ApiClient, index: int, namespace: str,
     body = dfd_body(index)
     body["apiVersion"] = "/".join(TWIN)
     custom = kubernetes.client.CustomObjectsApi(client)
-    custom.create_namespaced_custom_object(*TWIN, namespace, "dflashdeployments", copy.deepcopy(body))
-    body["metadata"].update(namespace=namespace, uid="x")
-    dfd = DFlashDeployment.model_validate({**body, "apiVersion": "/".join(API)})
-    deployment = render_deployment(dfd, RenderConfig(), CacheFacts(claim_name=cache_name(dfd)))
-    deployment["metadata"].pop("ownerReferences", None)
+    custom.create_namespaced_custom_object(*TWIN, namespace, "dflashdeployments", body)
     kube = Kube(client)
-    kube.create(deployment, "bench", dry_run=True)
+    kube.create(plain_deployment(index, namespace), "bench", dry_run=True)
     for obj in plain_children(index, namespace):
         kube.create(obj, "bench")
     custom.patch_namespaced_custom_object_status(*TWIN, namespace, "dflashdeployments", body["metadata"]["name"],
@@ -411,8 +418,7 @@ def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float
     complete = FirstSeen(batch.list_namespaced_job, ("gate",), lambda o: any(
         c.get("type") == "Complete" and c.get("status") == "True" for c in (o.get("status") or {}).get("conditions")
         or []))
-    deployments, jobs = FirstSeen(apps.list_namespaced_deployment, ("gate",)), FirstSeen(batch.list_namespaced_job,
-                                                                                          ("gate",))
+    deployments = FirstSeen(apps.list_namespaced_deployment, ("gate",))
     gated: list[float] = []
     floor: list[float] = []
     for i in range(count):
@@ -420,7 +426,6 @@ def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float
         kubernetes.client.CustomObjectsApi(client).create_namespaced_custom_object(*API, "gate", "dflashdeployments",
                                                                                    body)
         _, job = cache_names(i, "gate")
-        jobs.when(job, timeout)
         finish_cache_job(client, "gate", fetch_result(), job_name=job)
         done = complete.when(job, timeout)
         gated.append(1000 * (deployments.when(body["metadata"]["name"], timeout) - done))
@@ -432,7 +437,7 @@ def gate_latency(client: kubernetes.client.ApiClient, count: int, timeout: float
         apps.create_namespaced_deployment("gate", {"apiVersion": "apps/v1", "kind": "Deployment",
                                                    "metadata": {"name": f"floor-{i}"}, "spec": spec})
         floor.append(1000 * (deployments.when(f"floor-{i}", timeout) - start))
-    return gated, floor, [complete, deployments, jobs]
+    return gated, floor, [complete, deployments]
 
 
 def _remove_the_node(core: kubernetes.client.CoreV1Api) -> None:

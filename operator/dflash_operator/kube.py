@@ -75,7 +75,8 @@ class Kube:
         """POST: creates an object that does not exist yet; 409 AlreadyExists when it does.
 
         Costs the API server less CPU than a server-side apply that creates the same object (bench/request_cost.py,
-        2026-12-03: a cache Job 2.5 against 5.2 ms, its claim 2.2 against 2.6, a Deployment's dry run 2.8 against 4.0).
+        two runs on 2026-12-03: a cache Job 2.5-4.3 against 5.2-7.5 ms, its claim 2.2-2.8 against 2.6-3.8, a
+        Deployment's dry run 2.8-3.9 against 4.0-5.3).
         The fields it sets are owned by `field_manager` as an Update, not an Apply: a later apply leaves a field it
         drops in place, so this is for objects whose fields never go away (see reconcile.CREATED_ONCE).
         dry_run: validation and admission run in full before the server looks for an existing object, so a dry

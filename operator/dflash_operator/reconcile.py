@@ -269,27 +269,27 @@ def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec)
     return None
 
 
-def _namespace_terminating(error: ApiException) -> bool:
+def _status_body(error: ApiException) -> dict[str, Any]:
+    """The Status object the API server answered with, or {} when the body is not one."""
     try:
-        causes = (json.loads(error.body or "").get("details") or {}).get("causes") or []
-    except (TypeError, ValueError, AttributeError):
-        return False
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _namespace_terminating(error: ApiException) -> bool:
+    causes = (_status_body(error).get("details") or {}).get("causes") or []
     return error.status == 403 and any(c.get("reason") == "NamespaceTerminating" for c in causes)
 
 
 def _api_reason(error: ApiException) -> str:
     """The Status object's machine-readable reason (AlreadyExists, Invalid, ...), or '' when the body has none."""
-    try:
-        return str(json.loads(error.body or "").get("reason") or "")
-    except (TypeError, ValueError, AttributeError):
-        return ""
+    return str(_status_body(error).get("reason") or "")
 
 
 def _api_message(error: ApiException) -> str:
-    try:
-        return str(json.loads(error.body or "").get("message", error.reason))
-    except (TypeError, ValueError):
-        return str(error.reason)
+    return str(_status_body(error).get("message", error.reason))
 
 
 def _stall(kube: Kube, ledger: Ledger, body: dict[str, Any], reason: str, message: str, emit: EventSink) -> None:

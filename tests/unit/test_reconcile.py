@@ -63,8 +63,7 @@ class RecordingKube:
 
     def create(self, obj: dict, field_manager: str, dry_run: bool = False) -> dict:
         if dry_run:
-            self.dry_runs.append((obj["kind"], obj["metadata"]["name"], field_manager))
-            return copy.deepcopy(obj)
+            return self.apply(obj, field_manager, dry_run=True)  # recorded alike: validated, not stored
         self.created.append((obj["kind"], obj["metadata"]["name"], field_manager))
         self.applied.append(self.created[-1])
         return copy.deepcopy(obj)

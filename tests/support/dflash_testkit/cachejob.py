@@ -62,8 +62,8 @@ def start_cache_job(api_client, namespace: str, job_name: str | None = None):
     """Binds the cache claim and waits until the cache pod runs; returns (the claim's name, pod). `job_name`: that
     Job (default: the namespace's only one)."""
     batch = kubernetes.client.BatchV1Api(api_client)
-    job = wait_for(lambda: batch.read_namespaced_job(job_name, namespace) if job_name else
-                   cache_job(api_client, namespace), "the cache Job")
+    job = wait_for(lambda: _read_job(batch, namespace, job_name) if job_name else cache_job(api_client, namespace),
+                   "the cache Job")
     name = job.metadata.name
     claim = next(v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes
                  if v.persistent_volume_claim is not None)
@@ -72,6 +72,16 @@ def start_cache_job(api_client, namespace: str, job_name: str | None = None):
     pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")
                                  .items if p.status.phase == "Running"), None), "the cache pod to run")
     return claim, pod
+
+
+def _read_job(batch: kubernetes.client.BatchV1Api, namespace: str, name: str):
+    """The Job, or None while the operator has not created it yet."""
+    try:
+        return batch.read_namespaced_job(name, namespace)
+    except kubernetes.client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
 
 
 def image_verdict(problems: list[dict] | None = None, vllm_version: str = IMAGE_VLLM_VERSION,
