@@ -25,7 +25,7 @@ from typing import Any
 import kubernetes
 from scale import API, cpu_seconds, dfd_body, machine, plain_children, plain_deployment, versions  # beside this
 
-from dflash_operator.kube import Kube
+from dflash_operator.kube.client import Kube
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds
 
 REPO = Path(__file__).resolve().parents[1]

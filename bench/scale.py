@@ -45,10 +45,10 @@ import urllib3
 import yaml
 
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.kube import Kube
-from dflash_operator.ownership import MANAGED_BY_LABEL
-from dflash_operator.render import CacheFacts, RenderConfig, render_deployment
-from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
+from dflash_operator.kube.client import Kube
+from dflash_operator.kube.ownership import MANAGED_BY_LABEL
+from dflash_operator.render.cache import CacheConfig, cache_job_name, cache_name, render_cache_job, render_cache_pvc
+from dflash_operator.render.serving import CacheFacts, RenderConfig, render_deployment
 from dflash_testkit.apicounts import delta, operator_writes, request_counts
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port, http_ok

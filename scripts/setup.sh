@@ -6,7 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 command -v uv >/dev/null || python3 -m pip install --quiet "uv>=0.5"
 if [ ! -x .venv/bin/python ]; then uv venv --quiet --python python3.11 .venv; fi
-uv pip install --quiet --python .venv/bin/python -e '.[test]' -e tests/support
+uv pip install --quiet --python .venv/bin/python -e ./dflash-cache -e '.[test]' -e tests/support
 # The real node's Debian pieces: runc, the CNI plugins (bridge, host-local), iptables, and debootstrap for the image
 # builder's base. Installed only when missing; without root the node tier says why it cannot run.
 node_packages=(runc containernetworking-plugins iptables debootstrap)

@@ -427,7 +427,8 @@ def _parse_env(args: str) -> dict[str, str]:
 
 def operator() -> Built:
     dockerfile = REPO / "images/operator/Dockerfile"
-    key = _hash(BUILDER_KEY, BASE_KEY, dockerfile, REPO / "pyproject.toml", REPO / "README.md", REPO / "operator")
+    key = _hash(BUILDER_KEY, BASE_KEY, dockerfile, REPO / "pyproject.toml", REPO / "README.md", REPO / "operator",
+                REPO / "dflash-cache")
     name = f"localhost/dflash/operator:{key}"
     tar = CACHE / f"operator-{key}.tar"
     if tar.exists():
@@ -438,8 +439,9 @@ def operator() -> Built:
     with tempfile.TemporaryDirectory(dir=_mkdir(CACHE / "tmp")) as ctx:
         for rel in ("pyproject.toml", "README.md"):
             shutil.copy2(REPO / rel, Path(ctx) / rel)
-        shutil.copytree(REPO / "operator", Path(ctx) / "operator",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        for folder in ("operator", "dflash-cache"):
+            shutil.copytree(REPO / folder, Path(ctx) / folder,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
         run_dockerfile(dockerfile, Path(ctx), name, tar, log)
     info = {"instructions": log}
     tar.with_suffix(".json").write_text(json.dumps(info, indent=1))
@@ -453,7 +455,7 @@ def vllm() -> Built:
     """images/vllm/Dockerfile at VLLM_VERSION=0.32.0 on its CPU stand-in (see vllm_cpu_rootfs)."""
     context_dir = REPO / "images/vllm"
     dockerfile = context_dir / "Dockerfile"
-    key = _hash(BUILDER_KEY, vllm_cpu_key(VLLM_TEST_VERSION), CPU_LIBS_KEY, context_dir)
+    key = _hash(BUILDER_KEY, vllm_cpu_key(VLLM_TEST_VERSION), CPU_LIBS_KEY, context_dir, REPO / "dflash-cache")
     name = f"localhost/dflash/vllm-cpu:{VLLM_TEST_VERSION}-{key}"
     tar = CACHE / f"vllm-{key}.tar"
     if tar.exists():
@@ -461,9 +463,10 @@ def vllm() -> Built:
     started = time.monotonic()
     log: list[str] = []
     with tempfile.TemporaryDirectory(dir=_mkdir(CACHE / "tmp")) as ctx:
-        # The build context is the Dockerfile's folder, without build debris.
-        shutil.copytree(context_dir, Path(ctx), dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist"))
+        # The build context is the repository root, holding only what the Dockerfile copies (no build debris).
+        for folder in ("images/vllm", "dflash-cache"):
+            shutil.copytree(REPO / folder, Path(ctx) / folder,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist"))
         run_dockerfile(dockerfile, Path(ctx), name, tar, log, {"VLLM_VERSION": VLLM_TEST_VERSION})
     # The image tar holds the stand-in's 6 GB layer; its own copy goes (remade from the rootfs when next needed).
     vllm_cpu_layer(VLLM_TEST_VERSION).path.unlink()

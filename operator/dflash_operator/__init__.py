@@ -1,3 +1,11 @@
-"""dflash-operator: reconciles DFlashDeployment resources into vLLM pods serving a target model with a DFlash draft."""
+"""dflash-operator: reconciles DFlashDeployment resources into vLLM pods serving a target model with a DFlash draft.
 
-__version__ = "0.1.0"
+Packages by concern: api (the CRD's models), kube (the API server), render (pure object builders), reconcile (the
+pass and its indexes), status (conditions), speculation (acceptance on live traffic), runtime (the process). The pair
+rules and the cache Job's program are the separate distribution dflash-cache.
+"""
+
+from importlib.metadata import version
+
+# The one version is pyproject's; tests/unit/test_versions.py holds the chart, dflash-cache and the plugin to it.
+__version__ = version("dflash-operator")

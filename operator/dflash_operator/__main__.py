@@ -1,5 +1,5 @@
 import sys
 
-from dflash_operator.cli import main
+from dflash_operator.runtime.cli import main
 
 sys.exit(main())

@@ -1,40 +1,49 @@
 #!/usr/bin/env bash
-# Prepares the GPU lane's bundle HERE (the device machine has no network), idempotent and cached:
-#   - vLLM 0.23.0's GPU wheel from PyPI (pinned by file name and sha256),
-#   - the dependencies the device image lacks, pinned with hashes in scripts/gpu/requirements.lock (uv pip compile
-#     with overrides that mark every package the image already has, and the optional kernel stacks left out, as
-#     `NAME ; sys_platform == 'never'`; `--relock` regenerates it),
-#   - installed for Python 3.12 / manylinux_2_28 into one site folder, trimmed of what an SM90 run never loads,
+# Prepares the GPU lane's bundle for one vLLM release HERE (the device machine has no network), idempotent and cached:
+#   - that release's GPU wheel from PyPI, pinned by file name and sha256 in scripts/gpu/releases.txt,
+#   - the dependencies the device image lacks, pinned with hashes in scripts/gpu/locks/vllm-VERSION.lock (uv pip
+#     compile with overrides that mark every package the image already has, and the optional kernel stacks left out,
+#     as `NAME ; sys_platform == 'never'`; `--relock` regenerates it, a missing lock is generated),
+#   - installed for Python 3.12 / the release's manylinux platform into one site folder, trimmed of what an SM90 run
+#     never loads,
 #   - the dflash-vllm plugin installed with `pip install --no-deps --target` (entry point and dflash-probe kept),
 # packed as one .tar.zst split into parts small enough for the device tool's 64 MiB per call (the working tree
-# travels too), written to the ignored folder .gpu-lane/ with SHA256SUMS. The tiny- and mid-size-model makers are
-# tests/vllm/tiny_models.py and scripts/gpu/models.py: they travel with the working tree and run on the device.
+# travels too), written to the ignored folder .gpu-lane/VERSION/ with its SHA256SUMS. The zstandard wheel (the
+# device image has no `zstd` binary; the wheel decodes there) is written once to .gpu-lane/ and is carried with the
+# LAST part of the first release received on a machine. The tiny-model makers (tests/vllm/tiny_models.py,
+# scripts/gpu/models.py) travel with the working tree and run on the device.
 #
-# Usage: scripts/gpu/prepare.sh [--relock]      (PART_MB=60 MiB by default; DFLASH_CACHE moves the cache)
-# Then, on the device (scripts/gpu/README.md): one `run` per part, each carrying .gpu-lane/part-N and
-# .gpu-lane/SHA256SUMS (the last one the zstandard wheel too) and running `bash scripts/gpu/device.sh receive`,
-# the last one going on with `... proof`.
+# Usage: scripts/gpu/prepare.sh VERSION [--relock]   (VERSION from releases.txt; PART_MB=60 MiB by default;
+#                                                     DFLASH_CACHE moves the cache)
+# Then, on the device (scripts/gpu/README.md): one `run` per part, each carrying .gpu-lane/VERSION/part-N and
+# .gpu-lane/VERSION/SHA256SUMS and running `bash scripts/gpu/device.sh receive`; the call with the last part also
+# carries .gpu-lane/zstandard-*.whl and goes on with `bash scripts/gpu/device.sh proof VERSION`.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/scripts/gpu
-CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}/gpu-lane
-OUT=$ROOT/.gpu-lane
-PART_MB=${PART_MB:-60}  # MiB; a call carries one part + SHA256SUMS (+ the zstandard wheel with part-0) + the tree
 
-VLLM_WHEEL=vllm-0.23.0-2-cp38-abi3-manylinux_2_28_x86_64.whl
-VLLM_SHA256=872aeb7c36a1ea942216af067ce870ffdf960804e829367e1b4eb36d4831c03c
-# A zstd decoder for the device in case its image has no `zstd` binary (about 5 MB; carried with the last part).
+VERSION=${1:-}
+relock=false
+[ "${2:-}" = "--relock" ] && relock=true
+row=$(awk -v v="$VERSION" '$1 == v' "$HERE/releases.txt")
+if [ -z "$VERSION" ] || [ -z "$row" ]; then
+  echo "usage: $0 VERSION [--relock]; VERSION one of: $(grep -v '^#' "$HERE/releases.txt" | awk '{print $1}' | xargs)" >&2
+  exit 2
+fi
+read -r _ VLLM_WHEEL VLLM_SHA256 PY_PLATFORM <<< "$row"
+
+CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}/gpu-lane
+OUT=$ROOT/.gpu-lane/$VERSION
+PART_MB=${PART_MB:-60}  # MiB; a call carries one part + its SHA256SUMS (+ the zstandard wheel, 5 MB, with the
+                        # last part of the first release) + the working tree (~2 MB): under the 64 MiB per call
+# A zstd decoder for the device, whose image has no `zstd` binary.
 ZSTD_WHEEL=zstandard-0.25.0-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
 ZSTD_SHA256=5a56ba0db2d244117ed744dfa8f6f5b366e14148e00de44723413b2f3938a902
 PY_VERSION=3.12                    # the device image's python3 (3.12.3)
-PY_PLATFORM=x86_64-manylinux_2_28
-SITE_RECIPE=1  # bump when the install or trim steps below change, so the cached site folder is rebuilt
+SITE_RECIPE=2  # bump when the install or trim steps below change, so the cached site folder is rebuilt
 
-relock=false
-[ "${1:-}" = "--relock" ] && relock=true
-
-log() { echo "prepare: $*" >&2; }
+log() { echo "prepare $VERSION: $*" >&2; }
 command -v uv >/dev/null || python3 -m pip install --quiet "uv>=0.5"
 mkdir -p "$CACHE/wheels" "$OUT"
 
@@ -45,11 +54,12 @@ fetch_wheel() {  # FILE SHA256 REQUIREMENT
     log "downloading $1"
     rm -f "$file"
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
-      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --implementation cp "$3" -d "$CACHE/wheels"
-    echo "$2  $file" | sha256sum --check --status || { log "sha256 mismatch for $file"; exit 1; }
+      --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+      --platform manylinux_2_17_x86_64 --implementation cp "$3" -d "$CACHE/wheels"
+    echo "$2  $file" | sha256sum --check --status || { log "sha256 mismatch (or another file) for $file"; exit 1; }
   fi
 }
-fetch_wheel "$VLLM_WHEEL" "$VLLM_SHA256" vllm==0.23.0
+fetch_wheel "$VLLM_WHEEL" "$VLLM_SHA256" "vllm==$VERSION"
 fetch_wheel "$ZSTD_WHEEL" "$ZSTD_SHA256" zstandard==0.25.0
 wheel=$CACHE/wheels/$VLLM_WHEEL
 
@@ -57,25 +67,25 @@ wheel=$CACHE/wheels/$VLLM_WHEEL
 overrides=$CACHE/overrides.txt
 { grep -hv '^#' "$HERE/machine-packages.txt" "$HERE/leave-out.txt" | grep . | sed "s/\$/ ; sys_platform == 'never'/"; } \
   > "$overrides"
-lock=$HERE/requirements.lock
+lock=$HERE/locks/vllm-$VERSION.lock
 if $relock || [ ! -s "$lock" ]; then
   log "resolving the dependencies the device lacks (uv pip compile)"
-  echo "vllm @ file://$wheel" > "$CACHE/requirements.in"
-  uv pip compile --quiet "$CACHE/requirements.in" --overrides "$overrides" --python-version "$PY_VERSION" \
+  echo "vllm @ file://$wheel" > "$CACHE/requirements-$VERSION.in"
+  uv pip compile --quiet "$CACHE/requirements-$VERSION.in" --overrides "$overrides" --python-version "$PY_VERSION" \
     --python-platform "$PY_PLATFORM" --generate-hashes --no-emit-package vllm --no-header --no-annotate \
     -o "$lock.tmp"
-  { echo "# Generated by scripts/gpu/prepare.sh --relock: vLLM 0.23.0's dependencies that the device image lacks"
-    echo "# (Python $PY_VERSION, $PY_PLATFORM). Do not edit by hand."
+  { echo "# Generated by scripts/gpu/prepare.sh $VERSION --relock: vLLM $VERSION's dependencies that the device image"
+    echo "# lacks (Python $PY_VERSION, $PY_PLATFORM). Do not edit by hand."
     cat "$lock.tmp"; } > "$lock"
   rm -f "$lock.tmp"
 fi
 
 # 3. The site folder (vLLM + the locked dependencies), trimmed; rebuilt only when an input changed.
 site_key=$(cat "$lock" <(echo "$VLLM_SHA256 $SITE_RECIPE") | sha256sum | cut -c1-16)
-site=$CACHE/site-$site_key
+site=$CACHE/site-$VERSION-$site_key
 if [ ! -f "$site/.complete" ]; then
   log "installing vLLM and $(grep -c '==' "$lock") dependencies into $site"
-  rm -rf "$CACHE"/site-*
+  rm -rf "$CACHE"/site-"$VERSION"-*
   target=(--link-mode copy --no-deps --target "$site" --python-platform "$PY_PLATFORM" --python-version "$PY_VERSION")
   uv pip install --quiet "${target[@]}" --require-hashes -r "$lock"
   uv pip install --quiet "${target[@]}" "$wheel"
@@ -83,9 +93,12 @@ if [ ! -f "$site/.complete" ]; then
   # Trim what an SM90 run never loads: FlashAttention 2's library (FA3 serves Hopper), the vllm-rs binary,
   # DeepGEMM's builds for other Pythons, xgrammar's static library, console scripts built for this machine's python,
   # and debug sections of the shared libraries (xgrammar's bindings are 94% DWARF; code and CUDA fatbins stay).
+  # Paths a release lacks are skipped.
   rm -f "$site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$site/vllm/vllm-rs"
-  find "$site/vllm/third_party/deep_gemm" -maxdepth 1 -name '_C.cpython-*.so' ! -name '_C.cpython-312-*' -delete
-  find "$site/xgrammar" -name '*.a' -delete 2>/dev/null || true
+  if [ -d "$site/vllm/third_party/deep_gemm" ]; then
+    find "$site/vllm/third_party/deep_gemm" -maxdepth 1 -name '_C.cpython-*.so' ! -name '_C.cpython-312-*' -delete
+  fi
+  find "$site" -path '*/xgrammar/*' -name '*.a' -delete
   rm -rf "$site/bin"
   find "$site" -name '*.so' -type f -exec strip --strip-debug {} +
   find "$site" -name __pycache__ -type d -prune -exec rm -rf {} +
@@ -108,20 +121,21 @@ if [ ! -f "$plugin/.complete" ]; then
 fi
 
 # 5. Pack and split; the stamp names the inputs, so an unchanged bundle is not packed again.
-stamp="site-$site_key plugin-$plugin_key part-${PART_MB}MiB zstd-12"
+ZSTD_LEVEL=${ZSTD_LEVEL:-12}
+stamp="$VERSION site-$site_key plugin-$plugin_key part-${PART_MB}MiB zstd-$ZSTD_LEVEL"
 if [ "$(cat "$OUT/STAMP" 2>/dev/null)" != "$stamp" ] || ! (cd "$OUT" && sha256sum --check --status SHA256SUMS); then
   # zstd -12 packs ~520 MB in about two minutes on one busy core here; xz -6 managed about 5 MB of output a minute.
-  log "packing (zstd, one thread; about two minutes)"
-  rm -f "$OUT"/part-* "$OUT"/zstandard-*.whl "$OUT/SHA256SUMS" "$OUT/STAMP"
-  stage=$CACHE/stage
+  log "packing (zstd -$ZSTD_LEVEL, one thread)"
+  rm -f "$OUT"/part-* "$OUT/SHA256SUMS" "$OUT/STAMP"
+  stage=$CACHE/stage-$VERSION
   rm -rf "$stage" && mkdir -p "$stage"
   ln -s "$site" "$stage/site" && ln -s "$plugin" "$stage/plugin"
   tar -C "$stage" --dereference --owner=0 --group=0 --exclude=.complete -cf - site plugin \
-    | nice zstd -q -T1 -12 --long=27 | split -b "${PART_MB}M" -d -a 1 - "$OUT/part-"
+    | nice zstd -q -T1 "-$ZSTD_LEVEL" --long=27 | split -b "${PART_MB}M" -d -a 1 - "$OUT/part-"
   rm -rf "$stage"
-  cp "$CACHE/wheels/$ZSTD_WHEEL" "$OUT/"
-  (cd "$OUT" && sha256sum part-* "$ZSTD_WHEEL" > SHA256SUMS)
+  (cd "$OUT" && sha256sum part-* > SHA256SUMS)
   echo "$stamp" > "$OUT/STAMP"
 fi
+cp -n "$CACHE/wheels/$ZSTD_WHEEL" "$ROOT/.gpu-lane/" 2>/dev/null || true
 log "bundle: $(ls "$OUT" | grep -c '^part-') parts in $OUT ($(du -sh "$OUT" | cut -f1)); unpacked $(du -sh --apparent-size "$site" | cut -f1) + plugin"
-ls "$OUT"/part-*
+ls -l "$OUT"/part-* "$ROOT"/.gpu-lane/zstandard-*.whl

@@ -1,13 +1,20 @@
-"""The GPU lane's proof, on the device (bash scripts/gpu/device.sh proof): vLLM 0.23.0 on a real GPU with a tiny
-Qwen3Next target and tiny DFlash drafts (tests/vllm/tiny_models.py).
+"""The GPU lane's proof, on the device (bash scripts/gpu/device.sh proof VERSION): one vLLM release's GPU build
+(whatever the interpreter running this has) on a real GPU with a tiny Qwen3Next target and tiny DFlash drafts
+(tests/vllm/tiny_models.py).
 
-1. Without the plugin, speculation with a DFlash draft fails at load with the seed's exact error.
+1. Without the plugin, speculation with a DFlash draft fails at load with the seed's exact error on a release the
+   plugin patches (before dflash_vllm.plugin.FIXED_IN, 0.24); on a fixed release it generates, every draft token
+   accepted, and the plugin logs that it is a no-op.
 2. With the plugin, it generates: the all-accept pair (collapsed target + matching draft) accepts every draft token,
    a random draft on the uncollapsed target accepts (almost) none, and in both cases the greedy tokens equal those of
    the same target served without speculation (by upstream vLLM, without the plugin).
 3. The readiness probe, rendered by the operator's own code (dflash_operator.render.probe_command) for a
    DFlashDeployment with minAcceptanceRate 0.3, against GPU OpenAI servers (started by tests/vllm/vllm_proc.py):
    OK with the matching draft, FAIL (acceptance) with the random one.
+4. The KV-geometry rule (dflash_vllm.pairing.KV_GEOMETRY_FIXED_IN, 0.26): the all-accept draft with 2 KV heads
+   (KV heads x head_dim 128, the hybrid target's 64) crashes at start-up with the AssertionError in
+   unify_kv_cache_spec_page_size before that release and serves (every draft token accepted) from it; the claim is
+   that the measured outcome is the one the rule predicts for this release.
 Every engine runs in its own process, all at once (kv_cache_memory_bytes set, so they can share the GPU).
 Writes $OUT/proof.json and the engines' logs' tails to $OUT/proof-logs.txt; exits 1 if a claim does not hold.
 """
@@ -35,6 +42,39 @@ OUT = Path(os.environ.get("OUT", LANE / "out"))
 PLUGIN = LANE / "plugin"
 WORK = LANE / "proof"
 SEED_ERROR = "Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested"
+KV_ASSERT = "unify_kv_cache_spec_page_size"
+# Seconds the engines and servers get, all releases of one call sharing the machine (device.sh proof A B ...).
+BUDGET_S = float(os.environ.get("PROOF_BUDGET_S", "450"))
+
+
+def vllm_version() -> str:
+    import importlib.metadata as md
+
+    return md.version("vllm")
+
+
+def plugin_constants() -> tuple[tuple[int, int], tuple[int, int]]:
+    """The plugin's own claims: the first release that needs no patch, the first without the KV-geometry limit."""
+    sys.path.insert(0, str(PLUGIN))
+    try:
+        from dflash_vllm.pairing import KV_GEOMETRY_FIXED_IN
+        from dflash_vllm.plugin import FIXED_IN
+    finally:
+        sys.path.remove(str(PLUGIN))
+    return FIXED_IN, KV_GEOMETRY_FIXED_IN
+
+
+def has_gdn_prefill_backend() -> bool:
+    """Whether this vLLM has the gdn_prefill_backend engine argument (the lane carries no flashinfer, so it asks for
+    triton where it can; older releases run Qwen3Next's GDN prefill on their Triton kernels anyway)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    arg_utils = Path(spec.submodule_search_locations[0]) / "engine" / "arg_utils.py"
+    return "gdn_prefill_backend" in arg_utils.read_text()
+
+
+GDN = has_gdn_prefill_backend()
 K = vllm_proc.NUM_SPEC_TOKENS
 MAX_TOKENS = 32
 PROMPTS = ["The quick brown fox", "Speculative decoding drafts tokens with a small model and",
@@ -44,15 +84,17 @@ CR = {"apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment", "
                "numSpeculativeTokens": K, "readiness": {"minAcceptanceRate": 0.3}}}
 # Server flags on top of vllm_proc.CPU_ARGS (bf16, eager, no prefix caching, max-model-len 512).
 GPU_SERVER_ARGS = ["--gpu-memory-utilization", "0.1", "--kv-cache-memory-bytes", str(2 << 30),
-                   "--gdn-prefill-backend", "triton"]
+                   *(["--gdn-prefill-backend", "triton"] if GDN else [])]
 
 
 def llm_kwargs(target: Path, draft: Path | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": str(target), "tokenizer": str(target), "dtype": "bfloat16", "enforce_eager": True,
         "max_model_len": 512, "gpu_memory_utilization": 0.1, "kv_cache_memory_bytes": 2 << 30,
-        "enable_prefix_caching": False, "gdn_prefill_backend": "triton", "disable_log_stats": False, "seed": 0,
+        "enable_prefix_caching": False, "disable_log_stats": False, "seed": 0,
     }
+    if GDN:
+        kwargs["gdn_prefill_backend"] = "triton"
     if draft is not None:
         kwargs["speculative_config"] = {"method": "dflash", "model": str(draft), "num_speculative_tokens": K}
     return kwargs
@@ -92,7 +134,22 @@ def finish(proc: vllm_proc.Proc, result: Path, timeout: float) -> dict[str, Any]
     out["plugin_log"] = next((line.strip() for line in log.splitlines() if "dflash-vllm:" in line), None)
     out["aux_layers_log"] = next((line.strip() for line in log.splitlines() if "auxiliary layers" in line), None)
     out["seed_error_log"] = next((line.strip() for line in log.splitlines() if SEED_ERROR in line), None)
+    out["kv_assert_log"] = next((line.strip() for line in log.splitlines() if KV_ASSERT in line), None)
+    # The error lines of a failed start, as the log has them (the first few, for the matrix).
+    out["error_lines"] = [line.strip() for line in log.splitlines()
+                          if "Error" in line and ("ERROR" in line or line.lstrip().startswith(
+                              ("AssertionError", "RuntimeError", "ValueError", "TypeError", "KeyError")))][:6]
     return out
+
+
+def make_kv_wide_draft(out: Path, target: Path) -> Path:
+    """The all-accept draft with 2 KV heads instead of the target's 1 (KV heads x head_dim 128 vs 64)."""
+    original = tiny_models.Qwen3Config
+    tiny_models.Qwen3Config = lambda **kw: original(**(kw | {"num_key_value_heads": 2}))
+    try:
+        return tiny_models.make_draft(out, target, matching=True)
+    finally:
+        tiny_models.Qwen3Config = original
 
 
 def acceptance(spec: dict[str, float]) -> dict[str, float]:
@@ -105,7 +162,7 @@ def acceptance(spec: dict[str, float]) -> dict[str, float]:
 def rendered_probe() -> tuple[list[str], str]:
     """The probe command exactly as the operator renders it for CR (its own code; pydantic comes from the bundle)."""
     from dflash_operator.api import DFlashDeployment
-    from dflash_operator.render import RenderConfig, probe_command
+    from dflash_operator.render.serving import RenderConfig, probe_command
 
     return probe_command(DFlashDeployment.model_validate(CR), RenderConfig()), "dflash_operator.render.probe_command"
 
@@ -125,7 +182,7 @@ def run_probe(argv: list[str], server: vllm_proc.Server) -> dict[str, Any]:
 
 def serve(name: str, target: Path, draft: Path) -> vllm_proc.Server:
     extra = ["--served-model-name", CR["spec"]["target"]["repo"], *GPU_SERVER_ARGS, *vllm_proc.spec_args(draft)]
-    return vllm_proc.start_server(target, WORK / f"server-{name}.log", extra, PLUGIN, timeout=420)
+    return vllm_proc.start_server(target, WORK / f"server-{name}.log", extra, PLUGIN, timeout=BUDGET_S - 30)
 
 
 def main() -> int:
@@ -133,6 +190,12 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     models = tiny_models.make_all(LANE / "models" / "tiny")
+    models["draft-kv-wide"] = make_kv_wide_draft(LANE / "models" / "tiny" / "draft-kv-wide", models["target-collapsed"])
+    version = vllm_version()
+    parsed = tuple(int(x) for x in version.split(".")[:2])
+    fixed_in, kv_fixed_in = plugin_constants()
+    patched = parsed < fixed_in
+    kv_rule_applies = parsed < kv_fixed_in
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(models["target"])
@@ -145,12 +208,13 @@ def main() -> int:
         "upstream-nospec-collapsed": (models["target-collapsed"], None, False),
         "plugin-spec-random": (models["target"], models["draft-random"], True),
         "upstream-nospec-target": (models["target"], None, False),
+        "plugin-spec-kv-wide": (models["target-collapsed"], models["draft-kv-wide"], True),
     }
     procs = {name: start_engine(name, *spec, prompts=prompts) for name, spec in engines.items()}
     with ThreadPoolExecutor(2) as pool:
         futures = {"matching": pool.submit(serve, "matching", models["target-collapsed"], models["draft-matching"]),
                    "random": pool.submit(serve, "random", models["target"], models["draft-random"])}
-        runs = {name: finish(proc, result, timeout=max(30.0, 450 - (time.monotonic() - started)))
+        runs = {name: finish(proc, result, timeout=max(30.0, BUDGET_S - (time.monotonic() - started)))
                 for name, (proc, result) in procs.items()}
         servers: dict[str, Any] = {}
         for name, future in futures.items():
@@ -184,11 +248,36 @@ def main() -> int:
     # Judge each claim.
     crash, matching, random_ = runs["no-plugin-spec"], runs["plugin-spec-matching"], runs["plugin-spec-random"]
     base_c, base_t = runs["upstream-nospec-collapsed"], runs["upstream-nospec-target"]
-    claims: dict[str, bool] = {
-        "without plugin: the seed's exact error": not crash.get("ok") and crash.get("seed_error_log") is not None,
-        "with plugin: all-accept pair generates": bool(matching.get("ok")),
-        "with plugin: random pair generates": bool(random_.get("ok")),
-    }
+    kv_wide = runs["plugin-spec-kv-wide"]
+    claims: dict[str, bool] = {}
+    plugin_log = matching.get("plugin_log") or ""
+    if patched:
+        claims["without plugin: the seed's exact error"] = (
+            not crash.get("ok") and crash.get("seed_error_log") is not None)
+        claims["with plugin: the plugin registers its patch"] = "registered" in plugin_log
+    else:
+        claims["without plugin: all-accept pair generates"] = bool(crash.get("ok"))
+        if crash.get("ok"):
+            crash["acceptance"] = acceptance(crash["spec"])
+            claims["without plugin: every draft token accepted"] = (
+                crash["acceptance"]["draft_tokens"] > 0
+                and crash["acceptance"]["accepted_tokens"] == crash["acceptance"]["draft_tokens"])
+            claims["without plugin: greedy output equals no speculation"] = (
+                base_c.get("ok", False) and crash["token_ids"] == base_c["token_ids"])
+        claims["with plugin: the plugin logs that it is a no-op"] = "no-op" in plugin_log
+    claims["with plugin: all-accept pair generates"] = bool(matching.get("ok"))
+    claims["with plugin: random pair generates"] = bool(random_.get("ok"))
+    # The KV-geometry rule: what the rule predicts for this release against what happened.
+    kv_crashed = not kv_wide.get("ok") and kv_wide.get("kv_assert_log") is not None
+    if kv_wide.get("ok"):
+        kv_wide["acceptance"] = acceptance(kv_wide["spec"])
+    kv_outcome = "crash (unify_kv_cache_spec_page_size)" if kv_crashed else (
+        "serves" if kv_wide.get("ok") else "fails otherwise")
+    if kv_rule_applies:
+        claims["KV rule: mismatched draft crashes in unify_kv_cache_spec_page_size"] = kv_crashed
+    else:
+        claims["KV rule: mismatched draft serves, every draft token accepted"] = bool(kv_wide.get("ok")) and (
+            kv_wide["acceptance"]["accepted_tokens"] == kv_wide["acceptance"]["draft_tokens"] > 0)
     if matching.get("ok"):
         matching["acceptance"] = acceptance(matching["spec"])
         claims["all-accept pair: every draft token accepted"] = (
@@ -219,7 +308,10 @@ def main() -> int:
     import torch
 
     report = {
-        "what": "GPU lane proof: vLLM 0.23.0 + dflash-vllm plugin, tiny Qwen3Next target + tiny DFlash drafts",
+        "what": f"GPU lane proof: vLLM {version} + dflash-vllm plugin, tiny Qwen3Next target + tiny DFlash drafts",
+        "plugin_patches_this_release": patched, "plugin_fixed_in": ".".join(map(str, fixed_in)),
+        "kv_rule_applies": kv_rule_applies, "kv_rule_fixed_in": ".".join(map(str, kv_fixed_in)),
+        "kv_wide_outcome": kv_outcome, "gdn_prefill_backend_arg": GDN,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": smi, "torch": torch.__version__, "cuda": torch.version.cuda, "vllm": md.version("vllm"),
         "transformers": md.version("transformers"), "python": sys.version.split()[0],
@@ -238,7 +330,9 @@ def main() -> int:
         print(f"{'HOLDS' if holds else 'FAILS'}  {claim}")
     for name in ("matching", "random"):
         print(f"probe vs {name}: {probe.get(name, {}).get('probe', {}).get('line')}")
-    print(f"proof in {report['seconds']} s; all hold: {report['all_hold']}")
+    print(f"vLLM {version}: KV-wide draft {kv_outcome}: {kv_wide.get('kv_assert_log') or kv_wide.get('error_lines')}")
+    print(f"vLLM {version}: without plugin: {crash.get('seed_error_log') or crash.get('error') or 'ok'}")
+    print(f"vLLM {version}: proof in {report['seconds']} s; all hold: {report['all_hold']}")
     return 0 if report["all_hold"] else 1
 
 

@@ -8,7 +8,7 @@ import json
 import kubernetes
 import pytest
 
-from dflash_operator.fetch import progress_line
+from dflash_cache.fetch import progress_line
 from dflash_testkit.cachejob import (
     DRAFT_COMMIT,
     TARGET_COMMIT,

@@ -139,7 +139,7 @@ def fetch_env(hub: Hub, tmp_path: Path) -> dict[str, str]:
 
 
 def fetch_command(dest: Path, target: str, draft: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "dflash_operator.fetch", "--target", target, "--draft", draft, "--dest", str(dest),
+    return [sys.executable, "-m", "dflash_cache.fetch", "--target", target, "--draft", draft, "--dest", str(dest),
             "--termination-log", str(dest.parent / f"{dest.name}.termination-log"), "--progress-interval", "0.2",
             *extra]
 

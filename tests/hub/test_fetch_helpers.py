@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_operator.fetch import (
+from dflash_cache.fetch import (
     FetchError,
     RemoteFile,
     content_range_start,
@@ -21,7 +21,7 @@ from dflash_operator.fetch import (
     verify_local,
     write_atomic,
 )
-from dflash_operator.pairing import Problem
+from dflash_cache.pairing import Problem
 from dflash_testkit.cachejob import termination_message
 
 

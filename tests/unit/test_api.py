@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from dflash_operator.api import DFlashDeploymentSpec
 from dflash_operator.api.crd import build_crd, render_crd_yaml
 from dflash_operator.api.models import ModelRef, git_ref_problem
-from dflash_operator.cli import main
+from dflash_operator.runtime.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "serving.dflash.dev_dflashdeployments.yaml"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from lupa import LuaRuntime
 
-from dflash_operator import status
+from dflash_operator.status import conditions as status
 
 SCRIPT = (Path(__file__).resolve().parents[2] / "gitops" / "argocd" / "dflashdeployment-health.lua").read_text()
 

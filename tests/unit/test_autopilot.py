@@ -10,7 +10,7 @@ import yaml
 
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.api.models import SpeculationStatus
-from dflash_operator.autopilot import (
+from dflash_operator.speculation.autopilot import (
     ABOVE_FLOOR,
     BELOW_FLOOR,
     FELL_BACK,
@@ -20,8 +20,8 @@ from dflash_operator.autopilot import (
     fallback_in_force,
     judge,
 )
-from dflash_operator.speculation import SpecCounters
-from dflash_operator.speculation_window import WindowFigures
+from dflash_operator.speculation.counters import SpecCounters
+from dflash_operator.speculation.window import WindowFigures
 
 BODY = yaml.safe_load((Path(__file__).parent / "golden" / "minimal.input.yaml").read_text())
 T0 = datetime.datetime(2026, 12, 3, 10, 0, tzinfo=datetime.UTC)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from dflash_operator.cache_outcome import (
+from dflash_cache.pairing import Problem
+from dflash_cache.result import NO_CHECKER, CacheResult
+from dflash_operator.reconcile.cache_outcome import (
     CHECKING_MESSAGE,
     COMPLETE,
     DOWNLOADING,
@@ -13,8 +15,6 @@ from dflash_operator.cache_outcome import (
     fetch_running,
     parse_progress_line,
 )
-from dflash_operator.cache_result import NO_CHECKER, CacheResult
-from dflash_operator.pairing import Problem
 from dflash_testkit.cachejob import cache_pod_status, image_verdict, termination_message
 
 
@@ -149,7 +149,7 @@ def test_draft_block_size_travels_with_the_verdict() -> None:
 
 def test_the_pod_index_keeps_what_the_cache_outcome_reads() -> None:
     """The operator reads slim copies of pods from its index: both steps' results must survive the slimming."""
-    from dflash_operator.observed import slim_pod
+    from dflash_operator.reconcile.observed import slim_pod
 
     message = termination_message(ok=True, target_commit="a" * 40, draft_commit="b" * 40, problems=[], error=None)
     full = pod(message, verdict=image_verdict(vllm_version="0.24.0"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from dflash_operator.cli import main
+from dflash_operator.runtime.cli import main
 
 GOLDEN = Path(__file__).parent / "golden"
 

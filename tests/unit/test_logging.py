@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from dflash_operator.main import configure_logging
+from dflash_operator.runtime.main import configure_logging
 
 
 @pytest.mark.parametrize("level", ["INFO", "DEBUG"])
@@ -15,7 +15,7 @@ def test_kopfs_per_event_success_lines_stay_out_of_the_log_below_debug(level: st
     saved = root.level, objects.level, list(root.handlers)
     try:
         configure_logging(level)
-        assert logging.getLogger("dflash_operator.reconcile").isEnabledFor(logging.INFO)
+        assert logging.getLogger("dflash_operator.reconcile.passes").isEnabledFor(logging.INFO)
         assert objects.isEnabledFor(logging.INFO) == (level == "DEBUG")
         assert objects.isEnabledFor(logging.WARNING), "kopf's warnings (and the events posted from them) stay"
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dflash_operator.memory import release_free_memory
+from dflash_operator.runtime.memory import release_free_memory
 
 
 def rss_mib() -> float:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from dflash_operator import metrics
 from dflash_operator.api.models import SpeculationStatus
-from dflash_operator.status import condition
+from dflash_operator.runtime import metrics
+from dflash_operator.status.conditions import condition
 
 
 def value(name: str, **labels: str) -> float | None:

@@ -6,8 +6,9 @@ import asyncio
 
 import kopf
 
-from dflash_operator.handlers import index_child, index_dfd, index_pod
-from dflash_operator.observed import (
+from dflash_operator.kube.ownership import CHILD_KINDS
+from dflash_operator.reconcile.handlers import index_child, index_dfd, index_pod
+from dflash_operator.reconcile.observed import (
     DFDS_INDEX,
     PODS_INDEX,
     Observed,
@@ -16,8 +17,7 @@ from dflash_operator.observed import (
     slim_pod,
     trim_watch_event,
 )
-from dflash_operator.ownership import CHILD_KINDS
-from dflash_operator.render import INSTANCE_LABEL
+from dflash_operator.render.serving import INSTANCE_LABEL
 
 JOB = {"apiVersion": "batch/v1", "kind": "Job",
        "metadata": {"name": "cache-x", "namespace": "ns", "managedFields": [{"manager": "kube-controller-manager"}]},

@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dflash_operator.config import ConfigError, OperatorConfig, from_environment
-from dflash_operator.handlers import register
-from dflash_operator.kube import object_path
-from dflash_operator.ownership import CHILD_KINDS, FIELD_MANAGER, cache_field_manager, field_manager, owner_reference
+from dflash_operator.kube.client import object_path
+from dflash_operator.kube.ownership import (
+    CHILD_KINDS,
+    FIELD_MANAGER,
+    cache_field_manager,
+    field_manager,
+    owner_reference,
+)
+from dflash_operator.reconcile.handlers import register
+from dflash_operator.runtime.config import ConfigError, OperatorConfig, from_environment
 
 HELPERS = Path(__file__).resolve().parents[2] / "charts" / "dflash-operator" / "templates" / "_helpers.tpl"
 # What the operator does to its children: server-side apply (create or patch), a POST (Kube.create), and watch them.

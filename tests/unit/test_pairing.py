@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_operator.pairing import (
+from dflash_cache.pairing import (
     Problem,
     check_configs,
     check_pair,
@@ -410,17 +410,19 @@ def test_cli_json_verdict_names_checker_version_and_layout(tmp_path: Path, capsy
     assert [p["code"] for p in report["problems"]] == ["KVGeometryMismatch"] and report["vllm_version"] == "0.23.0"
 
 
-def test_the_images_copy_of_this_module_is_identical() -> None:
-    """images/vllm carries pairing.py for dflash-check-pair (the image has no operator package): it must not drift."""
+def test_the_vllm_image_judges_pairs_with_this_library_not_a_copy() -> None:
+    """images/vllm installs dflash-cache beside its plugin: the plugin holds no pair rules of its own."""
     root = Path(__file__).resolve().parents[2]
-    ours = (root / "operator" / "dflash_operator" / "pairing.py").read_text()
-    copy_ = (root / "images" / "vllm" / "plugin" / "dflash_vllm" / "pairing.py").read_text()
-    assert copy_ == ours, ("images/vllm/plugin/dflash_vllm/pairing.py drifted; "
-                           "cp operator/dflash_operator/pairing.py images/vllm/plugin/dflash_vllm/pairing.py")
+    plugin = root / "images" / "vllm" / "plugin"
+    assert not list(plugin.rglob("pairing*.py")), "the plugin carries its own pair rules again"
+    assert "from dflash_cache import pairing" in (plugin / "dflash_vllm" / "check.py").read_text()
+    assert '"dflash-cache==' in (plugin / "pyproject.toml").read_text()
+    dockerfile = (root / "images" / "vllm" / "Dockerfile").read_text()
+    assert "COPY dflash-cache " in dockerfile and "/tmp/dflash-vllm/dflash-cache" in dockerfile
 
 
 def test_a_verdict_too_long_for_a_termination_message_keeps_its_verdict_and_first_problem() -> None:
-    from dflash_operator.pairing import TERMINATION_LIMIT, verdict, verdict_message
+    from dflash_cache.pairing import TERMINATION_LIMIT, verdict, verdict_message
 
     problems = [Problem(f"Code{i}", "x" * 900) for i in range(10)]
     long = verdict(problems, checked_by="vllm", vllm_version="0.32.0", draft_layout="z-lab", notes=["n" * 2000] * 3)

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
+from dflash_cache.result import CacheResult
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.cache_result import CacheResult
-from dflash_operator.config import OperatorConfig
-from dflash_operator.desired import desired_objects
-from dflash_operator.ledger import Ledger, compare_resource_versions
-from dflash_operator.observed import Observed
-from dflash_operator.ownership import FIELD_MANAGER, cache_field_manager
-from dflash_operator.reconcile import reconcile as reconcile_with
-from dflash_operator.render import CacheFacts
-from dflash_operator.render_cache import CacheConfig, cache_job_name, cache_name
+from dflash_operator.kube.ownership import FIELD_MANAGER, cache_field_manager
+from dflash_operator.reconcile.ledger import Ledger, compare_resource_versions
+from dflash_operator.reconcile.observed import Observed
+from dflash_operator.reconcile.passes import reconcile as reconcile_with
+from dflash_operator.render.cache import CacheConfig, cache_job_name, cache_name
+from dflash_operator.render.desired import desired_objects
+from dflash_operator.render.serving import CacheFacts
+from dflash_operator.runtime.config import OperatorConfig
 from dflash_testkit.cachejob import cache_pod_status, image_verdict
 from dflash_testkit.indexes import observed
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from kubernetes.client.rest import ApiException
 
-from dflash_operator.config import OperatorConfig
-from dflash_operator.ledger import Ledger
-from dflash_operator.reconcile import RetryLater
-from dflash_operator.reconcile import reconcile as reconcile_with
+from dflash_operator.reconcile.ledger import Ledger
+from dflash_operator.reconcile.passes import RetryLater
+from dflash_operator.reconcile.passes import reconcile as reconcile_with
+from dflash_operator.runtime.config import OperatorConfig
 from dflash_testkit.indexes import observed
 
 BODY = {
@@ -137,7 +137,7 @@ def test_the_dry_run_happens_once_per_generation_and_not_once_the_download_is_un
     assert kube.dry_runs == ["Deployment"]
     # A restarted operator (empty ledger) that finds the cache Job already there does not dry-run again.
     from dflash_operator.api import DFlashDeployment
-    from dflash_operator.render_cache import CacheConfig, cache_job_name
+    from dflash_operator.render.cache import CacheConfig, cache_job_name
 
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
         "name": cache_job_name(DFlashDeployment.model_validate(BODY), CacheConfig()), "namespace": "llm"}}

@@ -8,15 +8,16 @@ import datetime
 import pytest
 from test_reconcile import BODY, JOB, NS, RecordingKube, _completed_pod, job
 
-from dflash_operator import autopilot, metrics
-from dflash_operator import reconcile as reconcile_module
+from dflash_cache.result import CacheResult
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.cache_result import CacheResult
-from dflash_operator.config import OperatorConfig
-from dflash_operator.ledger import Ledger
-from dflash_operator.reconcile import reconcile
-from dflash_operator.speculation import SpecCounters
-from dflash_operator.speculation_window import Windows
+from dflash_operator.reconcile import passes as reconcile_module
+from dflash_operator.reconcile.ledger import Ledger
+from dflash_operator.reconcile.passes import reconcile
+from dflash_operator.runtime import metrics
+from dflash_operator.runtime.config import OperatorConfig
+from dflash_operator.speculation import autopilot
+from dflash_operator.speculation.counters import SpecCounters
+from dflash_operator.speculation.window import Windows
 from dflash_testkit.indexes import observed
 
 NAME = BODY["metadata"]["name"]

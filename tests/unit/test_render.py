@@ -9,15 +9,15 @@ import pytest
 import yaml
 
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.desired import desired_objects
-from dflash_operator.render import (
+from dflash_operator.reconcile.validation import reserved_flag_collisions, spec_problems
+from dflash_operator.render.cache import CacheConfig, cache_name
+from dflash_operator.render.desired import desired_objects
+from dflash_operator.render.serving import (
     CacheFacts,
     RenderConfig,
     render_deployment,
     speculative_config,
 )
-from dflash_operator.render_cache import CacheConfig, cache_name
-from dflash_operator.validation import reserved_flag_collisions, spec_problems
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name.removesuffix(".input.yaml") for p in GOLDEN.glob("*.input.yaml"))
@@ -123,7 +123,7 @@ def test_hub_token_reaches_only_the_cache_job_and_by_reference() -> None:
 
 
 def test_the_pair_is_checked_by_the_serving_image_after_the_download_without_a_gpu() -> None:
-    from dflash_operator.render_cache import render_cache_job
+    from dflash_operator.render.cache import render_cache_job
 
     dfd = _with("full", image="registry.example/vllm-dflash:v0.24.0-dflash.1")
     job = render_cache_job(dfd, CacheConfig())
@@ -149,7 +149,7 @@ def test_the_check_step_without_dflash_check_pair_leaves_a_readable_note(tmp_pat
     import os
     import subprocess
 
-    from dflash_operator.render_cache import render_cache_job
+    from dflash_operator.render.cache import render_cache_job
 
     check = render_cache_job(load("minimal"), CacheConfig())["spec"]["template"]["spec"]["containers"][0]
     script = check["command"][2].replace("/dev/termination-log", str(tmp_path / "message"))
@@ -212,7 +212,7 @@ def test_probe_command_is_one_the_images_probe_accepts() -> None:
 
 
 def test_sharers_with_different_token_secrets_get_their_own_job_on_the_same_claim() -> None:
-    from dflash_operator.render_cache import cache_job_name, render_cache_job
+    from dflash_operator.render.cache import cache_job_name, render_cache_job
 
     plain, gated = load("minimal"), _with("minimal", hubTokenSecretRef={"name": "hub"})
     other = _with("minimal", hubTokenSecretRef={"name": "other-hub"})
@@ -225,7 +225,7 @@ def test_sharers_with_different_token_secrets_get_their_own_job_on_the_same_clai
 
 
 def test_hub_endpoint_from_the_spec_wins_over_the_operators_and_names_its_own_job() -> None:
-    from dflash_operator.render_cache import cache_job_name, render_cache_job
+    from dflash_operator.render.cache import cache_job_name, render_cache_job
 
     def hub_env(dfd, config: CacheConfig) -> list[str]:
         env = render_cache_job(dfd, config)["spec"]["template"]["spec"]["initContainers"][0]["env"]
@@ -245,7 +245,7 @@ def test_hub_endpoint_from_the_spec_wins_over_the_operators_and_names_its_own_jo
 def test_sharers_of_a_claim_never_ask_it_to_shrink() -> None:
     """Found by the fuzz test: two deployments of one pair with different cache.size took the claim's size from each
     other (and a shrink is refused). A sharer asks for more only when it wants more than the claim has."""
-    from dflash_operator.render_cache import claim_not_smaller, render_cache_pvc
+    from dflash_operator.render.cache import claim_not_smaller, render_cache_pvc
 
     def size(claim: dict) -> str:
         return claim["spec"]["resources"]["requests"]["storage"]

@@ -8,10 +8,10 @@ from typing import Any
 import kopf
 import pytest
 
-from dflash_operator import handlers
 from dflash_operator.api import DFlashDeployment
-from dflash_operator.config import OperatorConfig
-from dflash_operator.render_cache import cache_job_name
+from dflash_operator.reconcile import handlers
+from dflash_operator.render.cache import cache_job_name
+from dflash_operator.runtime.config import OperatorConfig
 from dflash_testkit.indexes import observed
 
 BODY = {"apiVersion": "serving.dflash.dev/v1alpha1", "kind": "DFlashDeployment",

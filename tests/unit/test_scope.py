@@ -1,10 +1,10 @@
-"""Which namespaces the operator serves, and how kopf is asked to watch them (dflash_operator.scope)."""
+"""Which namespaces the operator serves, and how kopf is asked to watch them (dflash_operator.runtime.scope)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dflash_operator.scope import WatchScope
+from dflash_operator.runtime.scope import WatchScope
 
 
 @pytest.mark.parametrize(("namespace", "pattern", "served"), [

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from dflash_operator.speculation import (
+from dflash_operator.speculation.counters import (
     AddressNotAllowed,
     SpecCounters,
     metrics_url,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dflash_operator.speculation import SpecCounters
-from dflash_operator.speculation_window import PodWindows, Reading, Windows, increase
+from dflash_operator.speculation.counters import SpecCounters
+from dflash_operator.speculation.window import PodWindows, Reading, Windows, increase
 
 
 def c(drafts: float, draft_tokens: float, accepted: float, *positions: float) -> SpecCounters:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dflash_operator import status
+from dflash_operator.status import conditions as status
 
 
 def _facts(**kw: object) -> status.RolloutFacts:

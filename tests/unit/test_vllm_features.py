@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from dflash_operator.api import DFlashDeployment, DFlashDeploymentSpec
-from dflash_operator.render import speculative_config, vllm_args
-from dflash_operator.validation import spec_problems
-from dflash_operator.vllm_features import declared_version, missing_features
+from dflash_operator.reconcile.validation import spec_problems
+from dflash_operator.render.serving import speculative_config, vllm_args
+from dflash_operator.speculation.vllm_features import declared_version, missing_features
 
 PAIR = {"target": {"repo": "Qwen/Qwen3-Coder-Next"}, "draft": {"repo": "z-lab/Qwen3-Coder-Next-DFlash"}}
 

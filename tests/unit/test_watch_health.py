@@ -13,7 +13,7 @@ from kopf._cogs.clients import api as kopf_api
 from kopf._cogs.clients import watching as kopf_watching
 from kopf._cogs.structs.references import Resource
 
-from dflash_operator.watch_health import (
+from dflash_operator.runtime.watch_health import (
     WatchActivity,
     WatchWedged,
     observe_kopf_watches,

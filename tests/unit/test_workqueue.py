@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dflash_operator.workqueue import WorkQueue
+from dflash_operator.reconcile.workqueue import WorkQueue
 
 
 def wait_until(check, timeout: float = 5.0) -> None:

@@ -83,7 +83,7 @@ def test_the_console_script_prints_one_json_verdict(judged, termination_log: Pat
     # What the operator reads back from the cache Job's pod: the same verdict, in its contract type (a stdlib-only
     # module, imported from the source tree: this venv is the image's, without the operator).
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
-    from dflash_operator.cache_result import PairVerdict
+    from dflash_cache.result import PairVerdict
 
     written = termination_log.read_text()
     assert json.loads(written) == verdict and len(written.encode()) < 4096

@@ -24,24 +24,28 @@ CRASH = "Model does not support EAGLE3 interface but aux_hidden_state_outputs wa
 AUX_LAYERS = "Using auxiliary layers from speculative config: (2, 3)"
 WARMUP = "Warming up model for the compilation..."
 PLUGIN_SRC = Path(__file__).resolve().parents[2] / "images" / "vllm" / "plugin"
+CACHE_SRC = Path(__file__).resolve().parents[2] / "dflash-cache"
 
 
 def build_wheel(work: Path, python: str = sys.executable) -> Path:
-    """Builds the plugin wheel from a copy of its source, so no build/ or *.egg-info lands in the repository;
-    --no-isolation uses the venv's setuptools instead of downloading one."""
-    src = work / "plugin-src"
-    shutil.copytree(PLUGIN_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "wheel"), str(src)],
-                   check=True, capture_output=True)
+    """Builds the plugin wheel, and beside it the dflash-cache wheel it requires (the pair rules), from copies of
+    their sources, so no build/ or *.egg-info lands in the repository; --no-isolation uses the venv's setuptools
+    instead of downloading one. Returns the plugin's wheel; install_wheel installs both, as the image does."""
+    for name, source in (("plugin-src", PLUGIN_SRC), ("cache-src", CACHE_SRC)):
+        src = work / name
+        shutil.copytree(source, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        subprocess.run([python, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(work / "wheel"), str(src)],
+                       check=True, capture_output=True)
     (wheel,) = (work / "wheel").glob("dflash_vllm-*.whl")
     return wheel
 
 
 def install_wheel(wheel: Path, target: Path, python: str = sys.executable) -> Path:
-    """pip install --target: on PYTHONPATH it is the plugin (entry points, console script) without touching the
-    venv, which stays clean for the runs without it."""
+    """pip install --target of the plugin wheel and the wheels beside it (dflash-cache): on PYTHONPATH it is the
+    plugin (entry points, console script) without touching the venv, which stays clean for the runs without it."""
+    wheels = sorted(str(w) for w in wheel.parent.glob("*.whl"))
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(target),
-                    str(wheel)], check=True)
+                    *wheels], check=True)
     return target
 
 

@@ -27,7 +27,7 @@ def request_counts(plane: ControlPlane) -> collections.Counter:
             resource = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
             if labels.get("dry_run"):  # "All" for a dry run: validated and admitted, never stored
                 resource += " (dry run)"
-            counts[(labels.get("verb", ""), resource)] += sample.value
+            counts[(labels.get("verb", ""), resource)] += int(sample.value)
     return counts
 
 

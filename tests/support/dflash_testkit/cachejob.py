@@ -1,16 +1,17 @@
 """Plays the kubelet for the cache Job's pod, which kwok cannot run: its two steps end with the exit codes and
-termination messages that dflash_operator.fetch (the hub tier runs it for real) and the serving image's
+termination messages that dflash_cache.fetch (the hub tier runs it for real) and the serving image's
 dflash-check-pair (the vLLM tier runs it for real, the node tier both in a real pod) leave, and a PersistentVolume
 is bound to the cache claim as a storage provisioner would."""
 
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import kubernetes
 
-from dflash_operator.cache_result import CHECK_CONTAINER, FETCH_CONTAINER, CacheResult, problem_dicts
-from dflash_operator.pairing import verdict_message
+from dflash_cache.pairing import verdict_message
+from dflash_cache.result import CHECK_CONTAINER, FETCH_CONTAINER, CacheResult, problem_dicts
 from dflash_testkit.waiting import wait_for
 
 CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
@@ -38,7 +39,7 @@ def cache_job(api_client, namespace: str):
 
 def bind_cache_volume(api_client, namespace: str, claim: str) -> None:
     core = kubernetes.client.CoreV1Api(api_client)
-    core.create_persistent_volume({
+    volume: Any = {  # a plain manifest; the client serialises dicts as they are
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": f"{namespace}-{claim}"[:63]},
         "spec": {
@@ -47,8 +48,10 @@ def bind_cache_volume(api_client, namespace: str, claim: str) -> None:
             "hostPath": {"path": f"/var/lib/dflash-test/{namespace}/{claim}"},
             "claimRef": {"namespace": namespace, "name": claim},
         },
-    })
-    wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound",
+    }
+    core.create_persistent_volume(volume)
+    wait_for(lambda: getattr(core.read_namespaced_persistent_volume_claim(claim, namespace).status, "phase",
+                             None) == "Bound",
              "the cache claim to bind")
 
 
@@ -70,7 +73,8 @@ def start_cache_job(api_client, namespace: str, job_name: str | None = None):
     bind_cache_volume(api_client, namespace, claim)
     core = kubernetes.client.CoreV1Api(api_client)
     pod = wait_for(lambda: next((p for p in core.list_namespaced_pod(namespace, label_selector=f"job-name={name}")
-                                 .items if p.status.phase == "Running"), None), "the cache pod to run")
+                                 .items if getattr(p.status, "phase", None) == "Running"), None),
+                   "the cache pod to run")
     return claim, pod
 
 

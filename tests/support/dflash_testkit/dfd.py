@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import kubernetes
 
@@ -38,8 +39,8 @@ def apply_with_cache(plane: ControlPlane, api_client, namespace: str, obj: dict)
 
 
 def get_dfd(api_client, namespace: str, name: str) -> dict:
-    return kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
-        *API, namespace, "dflashdeployments", name)
+    return cast(dict, kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        *API, namespace, "dflashdeployments", name))
 
 
 def condition(obj: dict, kind: str) -> dict | None:
@@ -58,7 +59,7 @@ def mark_pods_ready(api_client, namespace: str, name: str, count: int = 1) -> in
 
     def live():
         pods = core.list_namespaced_pod(namespace, label_selector=SELECTOR.format(name)).items
-        pods = [p for p in pods if p.metadata.deletion_timestamp is None]
+        pods = [p for p in pods if getattr(p.metadata, "deletion_timestamp", None) is None]
         return pods if len(pods) >= count else None
 
     pods = wait_for(live, f"{count} pod(s) of {name}")

@@ -65,7 +65,7 @@ def mounts() -> set[str]:
 
 
 def netns() -> set[str]:
-    found = set()
+    found: set[str] = set()
     for d in ("/run/netns", "/var/run/netns"):
         if os.path.isdir(d):
             found.update(f"{d}/{n}" for n in os.listdir(d))
@@ -76,7 +76,7 @@ def cgroups() -> set[str]:
     """Every top-level cgroup folder of each hierarchy, and the kubelet's kubepods tree two levels down.
 
     Deeper folders elsewhere come and go with every process this machine's own supervisor starts."""
-    found = set()
+    found: set[str] = set()
     if not CGROUP_ROOT.is_dir():
         return found
     for hierarchy in CGROUP_ROOT.iterdir():
@@ -123,7 +123,7 @@ class HostState:
     processes: frozenset[str]
 
     @classmethod
-    def capture(cls, executables: set[str] = frozenset()) -> HostState:
+    def capture(cls, executables: frozenset[str] | set[str] = frozenset()) -> HostState:
         return cls(
             sysctls={name: read_sysctl(name) for name in SYSCTLS if Path("/proc/sys", name.replace(".", "/")).exists()},
             chains=frozenset(iptables_chains()),

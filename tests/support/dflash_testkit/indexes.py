@@ -3,8 +3,8 @@ the shape kopf's indexes have, holding entries packed as the operator's index fu
 
 from __future__ import annotations
 
-from dflash_operator.observed import DFDS_INDEX, PODS_INDEX, Observed, index_id, packed
-from dflash_operator.ownership import CHILD_KINDS, child_kind
+from dflash_operator.kube.ownership import CHILD_KINDS, child_kind
+from dflash_operator.reconcile.observed import DFDS_INDEX, PODS_INDEX, Observed, index_id, packed
 
 
 def observed(children: tuple[dict, ...] | list[dict] = (), pods: dict[tuple, list[dict]] | None = None) -> Observed:

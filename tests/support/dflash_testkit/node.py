@@ -28,8 +28,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from dflash_testkit import REPO
 from dflash_testkit.hoststate import (
@@ -79,7 +81,7 @@ class RealNode:
     start_seconds: float = 0.0
     stop_seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
-    _lock: object = None
+    _lock: IO[str] | None = None
 
     # --- paths ---------------------------------------------------------------------------------------------------
     @property
@@ -137,19 +139,21 @@ class RealNode:
         before = self.before
         shim = os.path.realpath(self.bin_dir / "containerd-shim-runc-v2")
         steps = [
-            ("stop the kubelet", lambda: [_terminate(p) for p in self.processes if "kubelet" in str(p.args[0])]),
+            ("stop the kubelet", lambda: _each(_terminate, [p for p in self.processes if _is_kubelet(p)])),
             ("kill the pods' processes", lambda: _kill_cgroup_tree("kubepods")),
-            ("stop containerd and the provisioner", lambda: [_terminate(p) for p in reversed(self.processes)]),
-            ("kill leftover shims and runc", lambda: [_kill(pid) for pid in _pids_with_exe({shim, "/usr/sbin/runc"})]),
+            ("stop containerd and the provisioner", lambda: _each(_terminate, reversed(self.processes))),
+            ("kill leftover shims and runc", lambda: _each(_kill, _pids_with_exe({shim, "/usr/sbin/runc"}))),
             ("kill the pods' processes again", lambda: _kill_cgroup_tree("kubepods")),
             ("unmount", lambda: self._unmount_all(before)),
             ("delete the bridge and veths", lambda: self._delete_links(before)),
             ("remove iptables chains", lambda: _remove_chains(before.chains)),
             ("remove cgroups", lambda: _remove_cgroups(before.cgroups)),
-            ("remove host folders", lambda: [shutil.rmtree(p, ignore_errors=True) for p in HOST_PATHS
-                                             if p not in before.paths and os.path.lexists(p)]),
-            ("restore kernel settings", lambda: [write_sysctl(k, v) for k, v in before.sysctls.items()
-                                                 if read_sysctl(k) != v]),
+            ("remove host folders", lambda: _each(lambda p: shutil.rmtree(p, ignore_errors=True),
+                                                  [p for p in HOST_PATHS
+                                                   if p not in before.paths and os.path.lexists(p)])),
+            ("restore kernel settings", lambda: _each(lambda item: write_sysctl(*item),
+                                                      [(k, v) for k, v in before.sysctls.items()
+                                                       if read_sysctl(k) != v])),
         ]
         errors = []
         for what, step in steps:
@@ -620,3 +624,15 @@ def _run_quiet(argv: list[str]) -> None:
 
 
 __all__ = ["RealNode", "NODE_NAME", "NODE_IP", "BRIDGE", "BRIDGE_SUBNET", "GPUS", "STORAGE_CLASS", "SYSCTLS"]
+
+
+def _each(step: Callable[[Any], object], items: Iterable[Any]) -> None:
+    """Runs one teardown step on every item (a loop a lambda can hold)."""
+    for item in items:
+        step(item)
+
+
+def _is_kubelet(process: subprocess.Popen) -> bool:
+    args = process.args
+    first = args[0] if isinstance(args, list | tuple) else args
+    return "kubelet" in str(first)

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dflash_vllm import pairing
-from dflash_vllm.pairing import Problem
+from dflash_cache import pairing
+from dflash_cache.pairing import Problem
 
 # What the pair rules read from a draft config, taken from vLLM's config object.
 DRAFT_FIELDS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "vocab_size", "draft_vocab_size",
@@ -91,7 +91,7 @@ def _differences(ours: dict, theirs: dict) -> list[str]:
         if ours.get(name) != theirs.get(name):
             diffs.append((name, ours.get(name), theirs.get(name)))
     for name in DRAFTER:
-        a, b = pairing._draft_value(ours, name), pairing._draft_value(theirs, name)
+        a, b = pairing.draft_value(ours, name), pairing.draft_value(theirs, name)
         if a != b:
             diffs.append((name, a, b))
     return [f"{name}: the operator reads {a!r}, vLLM reads {b!r}" for name, a, b in diffs]
@@ -125,7 +125,7 @@ def check(target_dir: Path, draft_dir: Path, num_speculative_tokens: int | None 
         problems = pairing.check_configs(
             target, theirs, target_tokenizer=pairing.tokenizer_fingerprint(target_dir),
             draft_tokenizer=pairing.tokenizer_fingerprint(draft_dir), num_speculative_tokens=num_speculative_tokens,
-            draft_has_d2t=pairing._has_d2t(draft_dir) if theirs.get("draft_vocab_size") is not None else None,
+            draft_has_d2t=pairing.has_d2t(draft_dir) if theirs.get("draft_vocab_size") is not None else None,
             vllm_version=version)
         # Architecture problems are the registry's call, below; check_configs on vLLM's reading repeats them.
     operator_arch = [p for p in problems if p.code in ARCHITECTURE_CODES]
