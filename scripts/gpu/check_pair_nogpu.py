@@ -1,6 +1,6 @@
 """The cache Job's check step on the real GPU build, as a pod without a GPU runs it (bash scripts/gpu/device.sh
-checkpair): `python3 -m dflash_vllm.check --output FILE TARGET DRAFT` with vLLM 0.23.0's GPU wheel and the machine's
-CUDA torch, in three environments:
+checkpair VERSION): `python3 -m dflash_vllm.check --output FILE TARGET DRAFT` with that release's GPU wheel and the
+machine's CUDA torch, in three environments:
 
 - gpu: the machine as it is (the GPU and its driver visible), for comparison;
 - no-gpu: what the cache Job's check container gets (render_cache: no GPU requested, NVIDIA_VISIBLE_DEVICES=void,
@@ -9,8 +9,9 @@ CUDA torch, in three environments:
   CUDA_VISIBLE_DEVICES=""; the container no longer does, as the API server drops empty values.)
 - no-gpu-no-plugin: the same with VLLM_PLUGINS="" (no general plugin loads): the seed's bug must be the verdict.
 
-Pairs: the all-accepting tiny pair (compatible with the plugin) and a draft whose hidden size is doubled (refused).
-Writes check-pair-nogpu.json to $OUT and prints a table.
+Pairs: the all-accepting tiny pair (compatible with the plugin), a draft whose hidden size is doubled (refused), and
+the all-accepting draft with 2 KV heads (proof.make_kv_wide_draft: KVGeometryMismatch before vLLM 0.26, compatible
+from it). The nine checks run three at a time. Writes check-pair-nogpu.json to $OUT and prints a table.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "vllm")]
 import tiny_models  # noqa: E402
+from proof import make_kv_wide_draft  # noqa: E402
 
 LANE = Path(os.environ.get("LANE", "/root/gpu-lane"))
 OUT = Path(os.environ.get("OUT", LANE / "out"))
@@ -84,10 +87,14 @@ def main() -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "home").mkdir(exist_ok=True)
     Path("/tmp/dflash-empty-lib").write_bytes(b"")
-    models = tiny_models.make_all(LANE / "models" / "tiny")
+    # Its own copy of the tiny models: proof.py may be writing LANE/models/tiny at the same time.
+    models = tiny_models.make_all(LANE / "models" / "tiny-check")
     target = models["target-collapsed"]
-    drafts = [models["draft-matching"], wide_draft(models["draft-matching"], WORK / "draft-wide")]
-    results = [run(env, target, d) for env in ("gpu", "no-gpu", "no-gpu-no-plugin") for d in drafts]
+    drafts = [models["draft-matching"], wide_draft(models["draft-matching"], WORK / "draft-wide"),
+              make_kv_wide_draft(WORK / "draft-kv-wide", target)]
+    cases = [(env, target, d) for env in ("gpu", "no-gpu", "no-gpu-no-plugin") for d in drafts]
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda case: run(*case), cases))
     import torch
     import vllm
     report = {"what": "dflash-check-pair (the cache Job's check step) on vLLM's GPU build, with and without a GPU",

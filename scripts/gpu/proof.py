@@ -11,7 +11,7 @@
 3. The readiness probe, rendered by the operator's own code (dflash_operator.render.probe_command) for a
    DFlashDeployment with minAcceptanceRate 0.3, against GPU OpenAI servers (started by tests/vllm/vllm_proc.py):
    OK with the matching draft, FAIL (acceptance) with the random one.
-4. The KV-geometry rule (dflash_vllm.pairing.KV_GEOMETRY_FIXED_IN, 0.26): the all-accept draft with 2 KV heads
+4. The KV-geometry rule (dflash_cache.pairing.KV_GEOMETRY_FIXED_IN, 0.26): the all-accept draft with 2 KV heads
    (KV heads x head_dim 128, the hybrid target's 64) crashes at start-up with the AssertionError in
    unify_kv_cache_spec_page_size before that release and serves (every draft token accepted) from it; the claim is
    that the measured outcome is the one the rule predicts for this release.
@@ -57,8 +57,12 @@ def plugin_constants() -> tuple[tuple[int, int], tuple[int, int]]:
     """The plugin's own claims: the first release that needs no patch, the first without the KV-geometry limit."""
     sys.path.insert(0, str(PLUGIN))
     try:
-        from dflash_vllm.pairing import KV_GEOMETRY_FIXED_IN
         from dflash_vllm.plugin import FIXED_IN
+
+        try:  # the pair rules live in dflash-cache, installed beside the plugin (prepare.sh)
+            from dflash_cache.pairing import KV_GEOMETRY_FIXED_IN
+        except ImportError:  # bundles made before the split
+            from dflash_vllm.pairing import KV_GEOMETRY_FIXED_IN
     finally:
         sys.path.remove(str(PLUGIN))
     return FIXED_IN, KV_GEOMETRY_FIXED_IN
