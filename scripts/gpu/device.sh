@@ -3,19 +3,22 @@
 #
 #   bash scripts/gpu/device.sh receive              copy every carried .gpu-lane/VERSION/part-N (checked against that
 #                                                   release's SHA256SUMS) to $LANE/VERSION/parts, and a carried
-#                                                   .gpu-lane/zstandard-*.whl to $LANE; one `run` per part (or two
-#                                                   smaller parts), while the machine stays warm
-#   bash scripts/gpu/device.sh proof VERSION...     unpack each release; run proof.py on all of them at once (each
-#                                                   release in its own venv, so they share the GPU); with
-#                                                   CHECKPAIR=1 also check_pair_nogpu.py on each, alongside
-#   bash scripts/gpu/device.sh checkpair VERSION... the cache Job's check step (dflash-check-pair) on each GPU build,
-#                                                   with the GPU and its driver visible and hidden
+#                                                   .gpu-lane/zstandard-*.whl to $LANE; one `run` per part, while the
+#                                                   machine stays warm
+#   bash scripts/gpu/device.sh unpack VERSION...    unpack each release into its own venv (also done by proof/start)
+#   bash scripts/gpu/device.sh start VERSION...     run each release's proof.py detached (setsid): it outlives the
+#                                                   call, so the next release's parts can be received meanwhile;
+#                                                   with CHECKPAIR=1 also check_pair_nogpu.py, alongside
+#   bash scripts/gpu/device.sh collect VERSION...   wait for those runs, pack each into $OUT/VERSION.tgz
+#   bash scripts/gpu/device.sh proof VERSION...     start + collect in one call, in the foreground
+#   bash scripts/gpu/device.sh checkpair VERSION... only the cache Job's check step (dflash-check-pair) on each GPU
+#                                                   build, with the GPU and its driver visible and hidden
 #   bash scripts/gpu/device.sh bench VERSION        bench.py start + measure (the bounds' engines) on that release
 #   bash scripts/gpu/device.sh diag VERSION         diag_random.py: where the random pair departs from no speculation
-#   bash scripts/gpu/device.sh info                 what the machine has (driver, GPU, torch, zstd/xz binaries)
+#   bash scripts/gpu/device.sh info                 what the machine has (driver, GPU, torch, glibc, zstd/xz)
 #
 # Files outside the tree ($LANE, default /root/gpu-lane) survive between calls while the machine is warm.
-# Results go to $OUT/VERSION/ (the device tool's folder that comes back; 8 files at most), else $LANE/out.
+# Results: $LANE/VERSION/out, packed as $OUT/VERSION.tgz (the device tool's folder brings back 8 files at most).
 # Each release gets a venv made from the machine's python3 (--without-pip) whose site-packages holds two .pth files:
 # the machine's own site folders first (torch, transformers, ... as the image has them), then the release's bundle.
 # The engines the proof starts inherit that interpreter (sys.executable), so releases never see each other.
@@ -85,18 +88,50 @@ print(repr(list(dict.fromkeys(p for p in [sysconfig.get_paths()["purelib"], *sit
     'import importlib.metadata as m, torch; print("vllm", m.version("vllm"), "torch", torch.__version__)')"
 }
 
-# Runs a python script of scripts/gpu for one release: its interpreter, its lane folder, its output folder.
+# Runs a python script of scripts/gpu for one release: its interpreter, its lane folder, its output folder
+# ($LANE/VERSION/out, packed into $OUT/VERSION.tgz by `collect`).
 for_release() {  # VERSION SCRIPT [ARGS...]
   local release=$1 script=$2
   shift 2
-  mkdir -p "$OUT/$release"
-  LANE=$LANE/$release OUT=$OUT/$release VLLM_RELEASE=$release "$(vpy "$release")" "$ROOT/scripts/gpu/$script" "$@"
+  mkdir -p "$LANE/$release/out"
+  LANE=$LANE/$release OUT=$LANE/$release/out VLLM_RELEASE=$release "$(vpy "$release")" "$ROOT/scripts/gpu/$script" "$@"
+}
+
+# One release's proof (and with CHECKPAIR=1 its check-pair runs, alongside); writes $LANE/VERSION/done (the exit code).
+run_release() {  # VERSION
+  local release=$1 pids=() rc=0
+  rm -f "$LANE/$release/done"
+  mkdir -p "$LANE/$release/out"
+  for_release "$release" proof.py > "$LANE/$release/out/proof-stdout.txt" 2>&1 &
+  pids+=("$!")
+  if [ "${CHECKPAIR:-0}" = 1 ]; then
+    for_release "$release" check_pair_nogpu.py > "$LANE/$release/out/checkpair-stdout.txt" 2>&1 &
+    pids+=("$!")
+  fi
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  echo "$rc" > "$LANE/$release/done"
+}
+
+# Waits for each release's done file (COLLECT_TIMEOUT seconds in all), packs its out/ into $OUT/VERSION.tgz and prints
+# the ends of its stdout files.
+collect() {  # VERSION...
+  local release f until=$((SECONDS + ${COLLECT_TIMEOUT:-540})) rc=0
+  for release in "$@"; do
+    while [ ! -f "$LANE/$release/done" ] && [ $SECONDS -lt $until ]; do sleep 2; done
+    [ -f "$LANE/$release/done" ] || { echo "===== $release: not done after the wait"; rc=1; }
+    [ "$(cat "$LANE/$release/done" 2>/dev/null)" = 0 ] || rc=1
+    tar -czf "$OUT/$release.tgz" -C "$LANE/$release" out $(cd "$LANE/$release" && ls run.log 2>/dev/null)
+    for f in "$LANE/$release"/out/*-stdout.txt; do
+      [ -f "$f" ] && { echo "===== $release $(basename "$f")"; tail -n 25 "$f"; }
+    done
+  done
+  return $rc
 }
 
 info() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
-  echo "zstd: $(command -v zstd || echo none); xz: $(command -v xz || echo none)"
+  echo "zstd: $(command -v zstd || echo none); xz: $(command -v xz || echo none); $(ldd --version | head -1)"
   nproc; free -g | head -2; df -h /root | tail -1
 }
 
@@ -106,26 +141,30 @@ case $cmd in
   receive) receive ;;
   unpack) for r in "$@"; do unpack "$r"; done ;;
   info) info ;;
-  proof|checkpair)
-    [ $# -gt 0 ] || { echo "usage: $0 $cmd VERSION..." >&2; exit 2; }
+  proof)  # VERSION...: in the foreground, all at once; results in $OUT/VERSION.tgz
+    [ $# -gt 0 ] || { echo "usage: $0 proof VERSION..." >&2; exit 2; }
     for r in "$@"; do unpack "$r"; done
-    pids=()
+    for r in "$@"; do run_release "$r" & done
+    wait
+    collect "$@"
+    ;;
+  start)  # VERSION...: detached (the proof outlives this call while the machine stays warm); then `collect`
+    [ $# -gt 0 ] || { echo "usage: $0 start VERSION..." >&2; exit 2; }
+    for r in "$@"; do unpack "$r"; done
     for r in "$@"; do
-      if [ "$cmd" = proof ]; then
-        for_release "$r" proof.py > "$OUT/$r/proof-stdout.txt" 2>&1 &
-        pids+=("$!")
-      fi
-      if [ "$cmd" = checkpair ] || [ "${CHECKPAIR:-0}" = 1 ]; then
-        for_release "$r" check_pair_nogpu.py > "$OUT/$r/checkpair-stdout.txt" 2>&1 &
-        pids+=("$!")
-      fi
+      rm -f "$LANE/$r/done"
+      setsid nohup bash "$0" _run "$r" > "$LANE/$r/run.log" 2>&1 < /dev/null &
+      echo "started the proof of $r (CHECKPAIR=${CHECKPAIR:-0})"
     done
-    rc=0
-    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
-    for r in "$@"; do
-      for f in "$OUT/$r"/*-stdout.txt; do echo "===== $r $(basename "$f")"; tail -n 30 "$f"; done
-    done
-    exit $rc
+    ;;
+  _run) run_release "$1" ;;
+  collect) collect "$@" ;;
+  checkpair)
+    for r in "$@"; do unpack "$r"; done
+    for r in "$@"; do for_release "$r" check_pair_nogpu.py > "$LANE/$r/out/checkpair-stdout.txt" 2>&1 & done
+    wait
+    for r in "$@"; do echo 0 > "$LANE/$r/done"; done
+    collect "$@"
     ;;
   bench)
     unpack "$1"
@@ -135,5 +174,5 @@ case $cmd in
     for_release "$1" bench.py measure
     ;;
   diag) unpack "$1"; for_release "$1" diag_random.py ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  *) sed -n '2,27p' "$0"; exit 2 ;;
 esac
