@@ -33,4 +33,5 @@ def test_dflash_cache_is_required_at_exactly_that_version() -> None:
     version = _project("pyproject.toml")["version"]
     for path in ("pyproject.toml", "images/vllm/plugin/pyproject.toml"):
         pins = [d for d in _project(path)["dependencies"] if d.startswith("dflash-cache")]
-        assert pins and all(re.fullmatch(rf"dflash-cache(\[\w+\])?=={re.escape(version)}", p) for p in pins), (path, pins)
+        pinned = rf"dflash-cache(\[\w+\])?=={re.escape(version)}"
+        assert pins and all(re.fullmatch(pinned, p) for p in pins), (path, pins)

