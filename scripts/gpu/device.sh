@@ -93,8 +93,9 @@ print(repr(list(dict.fromkeys(p for p in [sysconfig.get_paths()["purelib"], *sit
 for_release() {  # VERSION SCRIPT [ARGS...]
   local release=$1 script=$2
   shift 2
-  mkdir -p "$LANE/$release/out"
-  LANE=$LANE/$release OUT=$LANE/$release/out VLLM_RELEASE=$release "$(vpy "$release")" "$ROOT/scripts/gpu/$script" "$@"
+  local dir=$LANE/$release  # (not in the prefix below: there $LANE is already the release's when OUT is expanded)
+  mkdir -p "$dir/out"
+  LANE=$dir OUT=$dir/out VLLM_RELEASE=$release "$(vpy "$release")" "$ROOT/scripts/gpu/$script" "$@"
 }
 
 # One release's proof (and with CHECKPAIR=1 its check-pair runs, alongside); writes $LANE/VERSION/done (the exit code).

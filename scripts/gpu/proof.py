@@ -11,7 +11,11 @@
 3. The readiness probe, rendered by the operator's own code (dflash_operator.render.probe_command) for a
    DFlashDeployment with minAcceptanceRate 0.3, against GPU OpenAI servers (started by tests/vllm/vllm_proc.py):
    OK with the matching draft, FAIL (acceptance) with the random one.
-4. The KV-geometry rule (dflash_cache.pairing.KV_GEOMETRY_FIXED_IN, 0.26): the all-accept draft with 2 KV heads
+4. Lossless where it matters: the partial pair, the uncollapsed target with its lm_head row for token 0 scaled
+   (choose_partial_scale: token 0 wins at some positions only) and the all-accept draft (always token 0):
+   acceptance strictly between 0 and 1, an output that varies, and greedy tokens equal to the same target's
+   without speculation.
+5. The KV-geometry rule (dflash_cache.pairing.KV_GEOMETRY_FIXED_IN, 0.26): the all-accept draft with 2 KV heads
    (KV heads x head_dim 128, the hybrid target's 64) crashes at start-up with the AssertionError in
    unify_kv_cache_spec_page_size before that release and serves (every draft token accepted) from it; the claim is
    that the measured outcome is the one the rule predicts for this release.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +48,11 @@ PLUGIN = LANE / "plugin"
 WORK = LANE / "proof"
 SEED_ERROR = "Model does not support EAGLE3 interface but aux_hidden_state_outputs was requested"
 KV_ASSERT = "unify_kv_cache_spec_page_size"
+# lm_head row 0 of the partial pair's target is scaled so that token 0 wins where the final hidden state leans its
+# way: at some positions only. choose_partial_scale picks the factor from these by greedy decoding with transformers
+# on the CPU (token 0's share of the output nearest PARTIAL_SHARE); PARTIAL_SCALE forces one.
+PARTIAL_SCALES = (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0)
+PARTIAL_SHARE = 0.4
 # Seconds the engines and servers get, all releases of one call sharing the machine (device.sh proof A B ...).
 BUDGET_S = float(os.environ.get("PROOF_BUDGET_S", "450"))
 
@@ -146,6 +156,47 @@ def finish(proc: vllm_proc.Proc, result: Path, timeout: float) -> dict[str, Any]
     return out
 
 
+def choose_partial_scale(target: Path, prompts: list[list[int]]) -> tuple[float, dict[str, Any]]:
+    """The factor for lm_head row 0 whose greedy output (transformers, CPU, fp32) has token 0's share nearest
+    PARTIAL_SHARE, with the share seen for each candidate."""
+    if "PARTIAL_SCALE" in os.environ:
+        return float(os.environ["PARTIAL_SCALE"]), {"forced": True}
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shares: dict[str, Any] = {}
+    torch.set_num_threads(4)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+        row = model.lm_head.weight[0].detach().clone()
+        for scale in PARTIAL_SCALES:
+            with torch.no_grad():
+                model.lm_head.weight[0] = row * scale
+                tokens = [model.generate(torch.tensor([p]), max_new_tokens=MAX_TOKENS, min_new_tokens=MAX_TOKENS,
+                                         do_sample=False)[0, len(p):].tolist() for p in prompts]
+            flat = [t for seq in tokens for t in seq]
+            shares[f"{scale:g}"] = round(flat.count(0) / len(flat), 3)
+    except Exception as exc:  # noqa: BLE001 - a fixed factor still makes the pair; the report says why
+        return 8.0, shares | {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    usable = {float(k): v for k, v in shares.items() if 0.1 <= v <= 0.8} or {float(k): v for k, v in shares.items()}
+    return min(usable, key=lambda k: abs(usable[k] - PARTIAL_SHARE)), shares
+
+
+def make_partial_target(out: Path, target: Path, scale: float) -> Path:
+    """A copy of the uncollapsed target whose lm_head row 0 is `scale` times larger."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(target, out, dirs_exist_ok=True)
+    for path in out.glob("*.safetensors"):
+        tensors = load_file(str(path))
+        if "lm_head.weight" in tensors:
+            weight = tensors["lm_head.weight"].clone()
+            weight[0] *= scale
+            tensors["lm_head.weight"] = weight.contiguous()
+            save_file(tensors, str(path), metadata={"format": "pt"})
+    return out
+
+
 def make_kv_wide_draft(out: Path, target: Path) -> Path:
     """The all-accept draft with 2 KV heads instead of the target's 1 (KV heads x head_dim 128 vs 64)."""
     original = tiny_models.Qwen3Config
@@ -204,6 +255,9 @@ def main() -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(models["target"])
     prompts = [tokenizer(p)["input_ids"] for p in PROMPTS]
+    partial_scale, partial_shares = choose_partial_scale(models["target"], prompts)
+    models["target-partial"] = make_partial_target(LANE / "models" / "tiny" / "target-partial", models["target"],
+                                                   partial_scale)
 
     engines = {
         # name: (target, draft, plugin)
@@ -213,6 +267,8 @@ def main() -> int:
         "plugin-spec-random": (models["target"], models["draft-random"], True),
         "upstream-nospec-target": (models["target"], None, False),
         "plugin-spec-kv-wide": (models["target-collapsed"], models["draft-kv-wide"], True),
+        "plugin-spec-partial": (models["target-partial"], models["draft-matching"], True),
+        "upstream-nospec-partial": (models["target-partial"], None, False),
     }
     procs = {name: start_engine(name, *spec, prompts=prompts) for name, spec in engines.items()}
     with ThreadPoolExecutor(2) as pool:
@@ -294,6 +350,15 @@ def main() -> int:
         claims["random pair: drafts proposed"] = random_["acceptance"]["draft_tokens"] > 0
         claims["random pair: greedy output equals no speculation"] = (
             base_t.get("ok", False) and random_["token_ids"] == base_t["token_ids"])
+    partial, base_p = runs["plugin-spec-partial"], runs["upstream-nospec-partial"]
+    claims["partial pair: generates"] = bool(partial.get("ok"))
+    if partial.get("ok"):
+        partial["acceptance"] = acceptance(partial["spec"])
+        claims["partial pair: acceptance strictly between 0 and 1"] = 0 < partial["acceptance"]["acceptance"] < 1
+        claims["partial pair: output varies (more than one distinct token)"] = len(
+            {t for seq in partial["token_ids"] for t in seq}) > 1
+        claims["partial pair: greedy output equals no speculation"] = (
+            base_p.get("ok", False) and partial["token_ids"] == base_p["token_ids"])
     for name, want_ok in (("matching", True), ("random", False)):
         result = probe.get(name, {}).get("probe")
         if result is None:
@@ -315,7 +380,8 @@ def main() -> int:
         "what": f"GPU lane proof: vLLM {version} + dflash-vllm plugin, tiny Qwen3Next target + tiny DFlash drafts",
         "plugin_patches_this_release": patched, "plugin_fixed_in": ".".join(map(str, fixed_in)),
         "kv_rule_applies": kv_rule_applies, "kv_rule_fixed_in": ".".join(map(str, kv_fixed_in)),
-        "kv_wide_outcome": kv_outcome, "gdn_prefill_backend_arg": GDN,
+        "kv_wide_outcome": kv_outcome, "gdn_prefill_backend_arg": GDN, "partial_scale": partial_scale,
+        "partial_token0_share_by_scale_hf_cpu": partial_shares,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": smi, "torch": torch.__version__, "cuda": torch.version.cuda, "vllm": md.version("vllm"),
         "transformers": md.version("transformers"), "python": sys.version.split()[0],
