@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,30 @@ from dflash_operator.kube.ownership import (
     field_manager,
     owner_reference,
 )
+from dflash_operator.kube.rbac import render_rbac_yaml
 from dflash_operator.reconcile.handlers import register
+from dflash_operator.runtime.cli import main
 from dflash_operator.runtime.config import ConfigError, OperatorConfig, from_environment
 
-HELPERS = Path(__file__).resolve().parents[2] / "charts" / "dflash-operator" / "templates" / "_helpers.tpl"
+CHART = Path(__file__).resolve().parents[2] / "charts" / "dflash-operator"
+RBAC_FILE = CHART / "files" / "rbac.yaml"
 # What the operator does to its children: server-side apply (create or patch), a POST (Kube.create), and watch them.
 CHILD_VERBS = {"get", "list", "watch", "create", "patch"}
 
 
 def chart_rules() -> list[dict]:
-    """The namespaced rules the chart grants (the same block feeds the ClusterRole and each Role)."""
-    text = HELPERS.read_text()
-    block = re.search(r'{{- define "dflash-operator.namespacedRules" -}}\n(.*?){{- end -}}', text, re.S)
-    assert block, "the chart no longer defines dflash-operator.namespacedRules"
-    return yaml.safe_load(block.group(1))
+    """The namespaced rules the chart grants (the same list feeds the ClusterRole and each Role)."""
+    return yaml.safe_load(RBAC_FILE.read_text())["namespaced"]
+
+
+def test_the_charts_rbac_is_what_the_code_generates(tmp_path: Path) -> None:
+    assert RBAC_FILE.read_text() == render_rbac_yaml(), (
+        f"{RBAC_FILE.relative_to(CHART.parents[1])} drifted: run `dflash-operator rbac -o {RBAC_FILE}`")
+    out = tmp_path / "rbac.yaml"
+    assert main(["rbac", "-o", str(out)]) == 0 and out.read_text() == render_rbac_yaml()
+    templates = (CHART / "templates" / "rbac.yaml").read_text()
+    for part in ("namespaced", "cluster", "nodes", "namespaces"):
+        assert f"$rbac.{part}" in templates, f"the chart does not grant the generated {part} rules"
 
 
 def granted(rules: list[dict], group: str, resource: str) -> set[str]:
@@ -47,7 +56,7 @@ def test_chart_rbac_grants_no_child_kind_the_operator_does_not_own() -> None:
     owned = {(k.group, k.plural) for k in CHILD_KINDS}
     # Read-only or the operator's own kinds besides the children.
     others = {("serving.dflash.dev", "dflashdeployments"), ("serving.dflash.dev", "dflashdeployments/status"),
-              ("", "pods"), ("", "pods/log"), ("", "events")}
+              ("", "pods"), ("", "pods/log"), ("", "events"), ("", "resourcequotas")}
     for rule in chart_rules():
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
@@ -65,7 +74,16 @@ def test_every_child_kind_is_watched_and_has_an_api_path() -> None:
         assert object_path(kind.api_version, kind.kind, "ns", "x").endswith(f"/namespaces/ns/{kind.plural}/x")
     indexed = {(h.selector.group or "", h.selector.version, h.selector.any_name)
                for h in registry._indexing.get_all_handlers()}
-    assert {(k.group, k.version, k.plural) for k in CHILD_KINDS} | {("", "v1", "pods")} <= indexed
+    facts = {("", "v1", "resourcequotas"), ("storage.k8s.io", "v1", "storageclasses"), ("", "v1", "nodes")}
+    assert {(k.group, k.version, k.plural) for k in CHILD_KINDS} | {("", "v1", "pods")} | facts <= indexed
+    # Every index and watch has its permission in the generated RBAC (nodes: behind nodeCheck.enabled).
+    generated = yaml.safe_load(render_rbac_yaml())
+    granted_reads = {(g, r) for part in generated.values() for rule in part for g in rule["apiGroups"]
+                     for r in rule["resources"] if {"list", "watch"} <= set(rule["verbs"])}
+    assert {(group, plural) for group, _, plural in indexed | watched} <= granted_reads
+    without_nodes = register(OperatorConfig(node_check=False))
+    assert ("", "v1", "nodes") not in {(h.selector.group or "", h.selector.version, h.selector.any_name)
+                                       for h in without_nodes._indexing.get_all_handlers()}
     # No kopf timers or daemons: kopf would put a finalizer on every DFlashDeployment for them.
     assert list(registry._spawning.get_all_handlers()) == []
     # Nor create/update handlers: they would write progress on the object, and the operator's NoDiffBase gives
@@ -95,6 +113,8 @@ def test_configuration_from_the_environment() -> None:
     assert config.cache.hub_endpoint == "http://10.0.0.7:8090"
     assert [str(n) for n in config.metrics_allowed_networks] == ["127.0.0.0/8", "::1/128"]
     assert config.namespaces == ("a",) and from_environment({}) == OperatorConfig()
+    assert from_environment({"DFLASH_NODE_CHECK": "false", "DFLASH_NODE_AUTOSCALING": "True"}).node_check is False
+    assert from_environment({"DFLASH_NODE_AUTOSCALING": "true"}).node_autoscaling is True
 
 
 @pytest.mark.parametrize("environ, names", [
@@ -104,6 +124,7 @@ def test_configuration_from_the_environment() -> None:
     ({"DFLASH_WATCH_SILENCE_SECONDS": "0"}, "DFLASH_WATCH_SILENCE_SECONDS"),
     ({"DFLASH_METRICS_ALLOWED_NETWORKS": "10.0.0.0/33"}, "DFLASH_METRICS_ALLOWED_NETWORKS"),
     ({"DFLASH_HUB_ENDPOINT": "hub.internal"}, "DFLASH_HUB_ENDPOINT"),
+    ({"DFLASH_NODE_CHECK": "yes"}, "DFLASH_NODE_CHECK"),
     ({"DFLASH_HUB_ENDPOINT": "https://user:secret@hub.internal"}, "DFLASH_HUB_ENDPOINT"),
 ])
 def test_bad_configuration_names_the_variable(environ: dict, names: str) -> None:

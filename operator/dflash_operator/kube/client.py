@@ -23,6 +23,18 @@ def load_client() -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient()
 
 
+def may_watch(client: kubernetes.client.ApiClient, resource: str, group: str = "") -> bool:
+    """Whether this process may list and watch `resource` cluster-wide (a SelfSubjectAccessReview each)."""
+    api = kubernetes.client.AuthorizationV1Api(client)
+    for verb in ("list", "watch"):
+        review = api.create_self_subject_access_review(kubernetes.client.V1SelfSubjectAccessReview(
+            spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(resource_attributes=kubernetes.client.V1ResourceAttributes(
+                group=group, resource=resource, verb=verb))))
+        if review.status is None or not review.status.allowed:
+            return False
+    return True
+
+
 def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     return f"{prefix}/namespaces/{namespace}/{child_kind(api_version, kind).plural}/{name}"

@@ -29,17 +29,25 @@ import kopf
 from dflash_operator.api import GROUP, KIND, PLURAL, VERSION, DFlashDeployment
 from dflash_operator.kube.client import Kube, load_client
 from dflash_operator.kube.ownership import CHILD_KINDS, MANAGED_BY, MANAGED_BY_LABEL
+from dflash_operator.reconcile import capacity
 from dflash_operator.reconcile.cache_outcome import fetch_running
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.observed import (
+    ALL,
     DFDS_INDEX,
+    NODES_INDEX,
     PODS_INDEX,
+    QUOTAS_INDEX,
+    STORAGE_CLASSES_INDEX,
     Observed,
     index_id,
     packed,
     pod_keys,
     slim_child,
+    slim_node,
     slim_pod,
+    slim_quota,
+    slim_storage_class,
     trim_watch_event,
 )
 from dflash_operator.reconcile.passes import RetryLater, reconcile
@@ -52,6 +60,7 @@ from dflash_operator.runtime.no_diffbase import NoDiffBase
 from dflash_operator.runtime.scope import WatchScope
 from dflash_operator.runtime.watch_health import WatchActivity, WatchWedged, observe_kopf_watches, verdict
 from dflash_operator.speculation.window import Windows
+from dflash_operator.status import trouble
 
 log = logging.getLogger(__name__)
 # The API server filters the child and pod watches by it (kopf's label_selectors), so no handler re-checks it.
@@ -92,6 +101,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.work = WorkQueue(functools.partial(_pass_for_key, memo), RECONCILE_THREADS)
     memo.work.start()
     memo.locks = collections.defaultdict(threading.Lock)  # one reconcile at a time per DFlashDeployment
+    # DFlashDeployments stalled because the cluster cannot run them (reconcile.capacity): a quota, StorageClass or
+    # Node change passes them again. Kept here, so those frequent events cost nothing while none is stalled.
+    memo.capacity_stalled = set()
     config: OperatorConfig = memo.config
     metrics.serve(config.metrics_port, config.metrics_address)
     threading.Thread(target=_resync_forever, args=(memo, config.resync_seconds), name="resync", daemon=True).start()
@@ -148,6 +160,16 @@ def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: 
             _retry_later(memo, meta["namespace"], meta["name"], ERROR_RETRY_SECONDS)
             return
     metrics.RECONCILES.labels("ok").inc()
+    written = memo.ledger.last_status(meta.get("uid")) or {}
+    stalled = next((c for c in written.get("conditions") or [] if c.get("type") == "Stalled"), None)
+    key = (meta["namespace"], meta["name"])
+    if stalled is not None and stalled.get("status") == "True" and stalled.get("reason") in CAPACITY_REASONS:
+        memo.capacity_stalled.add(key)
+    elif written:
+        memo.capacity_stalled.discard(key)
+
+
+CAPACITY_REASONS = frozenset({capacity.QUOTA_EXCEEDED, capacity.STORAGE_CLASS_NOT_FOUND, capacity.NO_NODE_FITS})
 
 
 def _retry_later(memo: kopf.Memo, namespace: str, name: str, delay: float) -> None:
@@ -198,6 +220,18 @@ async def index_dfd(body: kopf.Body, namespace: str | None, name: str | None, **
     return {(namespace, name): packed(slim_child(body))}
 
 
+async def index_quota(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Any, Any]:
+    return {namespace: packed(slim_quota(body))}
+
+
+async def index_storage_class(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {ALL: packed(slim_storage_class(body))}
+
+
+async def index_node(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {ALL: packed(slim_node(body))}
+
+
 # --- event handlers -----------------------------------------------------------------------------------------------
 
 async def on_dfd_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
@@ -225,6 +259,32 @@ async def on_child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, nam
     for owner in body.metadata.get("ownerReferences", []):
         if owner.get("kind") == KIND:
             memo.work.add((namespace or "", owner["name"]))
+
+
+async def on_pod_event(body: kopf.Body, memo: kopf.Memo, namespace: str | None, labels: Mapping[str, str],
+                       **kwargs: Any) -> None:
+    """A pod the kubelet or the scheduler reports trouble with (an image it cannot pull, a crash loop, no node):
+    its DFlashDeployment says so now, not at the next resync. Untroubled pods change nothing here: their progress
+    reaches status through the Deployment's or the Job's own status."""
+    if trouble.pod_trouble(slim_pod(body), "") is None:
+        return
+    observed = _observed(memo, kwargs)
+    for kind, _, owner in pod_keys(namespace or "", labels):
+        if kind == "serving":
+            memo.work.add((namespace or "", owner))
+            continue
+        job = observed.child("batch/v1", "Job", namespace or "", owner)
+        for reference in ((job or {}).get("metadata") or {}).get("ownerReferences") or []:
+            if reference.get("kind") == KIND:
+                memo.work.add((namespace or "", reference["name"]))
+
+
+async def on_capacity_event(memo: kopf.Memo, **kwargs: Any) -> None:
+    """A quota, StorageClass or Node changed: the DFlashDeployments it stalled are checked again."""
+    if memo.capacity_stalled:
+        _observed(memo, kwargs)
+        for key in list(memo.capacity_stalled):
+            memo.work.add(key)
 
 
 def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None:
@@ -292,6 +352,18 @@ def register(config: OperatorConfig) -> kopf.OperatorRegistry:
         kopf.index(*kind.watch_resource, id=index_id(kind.plural), when=when, registry=registry)(index_child)
         kopf.on.event(*kind.watch_resource, id=f"{kind.plural}_event", when=when, registry=registry)(on_child_event)
     kopf.index("v1", "pods", id=PODS_INDEX, when=when, registry=registry)(index_pod)
+    kopf.on.event("v1", "pods", id="pods_event", when=when, registry=registry)(on_pod_event)
+    # What the cluster offers (reconcile.capacity). StorageClasses and Nodes are cluster-scoped: watched
+    # cluster-wide whatever the operator's namespaces (the chart's ClusterRole grants them).
+    kopf.index("v1", "resourcequotas", id=QUOTAS_INDEX, when=when, registry=registry)(index_quota)
+    kopf.on.event("v1", "resourcequotas", id="resourcequotas_event", when=when, registry=registry)(on_capacity_event)
+    kopf.index("storage.k8s.io", "v1", "storageclasses", id=STORAGE_CLASSES_INDEX, registry=registry)(
+        index_storage_class)
+    kopf.on.event("storage.k8s.io", "v1", "storageclasses", id="storageclasses_event", registry=registry)(
+        on_capacity_event)
+    if config.node_check:
+        kopf.index("v1", "nodes", id=NODES_INDEX, registry=registry)(index_node)
+        kopf.on.event("v1", "nodes", id="nodes_event", registry=registry)(on_capacity_event)
     kopf.index(GROUP, VERSION, PLURAL, id=DFDS_INDEX, when=when, registry=registry)(index_dfd)
     kopf.on.event(GROUP, VERSION, PLURAL, when=when, registry=registry)(on_dfd_event)
     return registry

@@ -30,6 +30,15 @@ def index_id(plural: str) -> str:
 
 PODS_INDEX = "observed_pods"
 DFDS_INDEX = "observed_dflashdeployments"
+# What the cluster offers, read before any download (reconcile.capacity): quotas by namespace, every StorageClass,
+# and every Node (only with the node check on: it needs a cluster-wide permission the chart grants by choice).
+QUOTAS_INDEX = "observed_resourcequotas"
+STORAGE_CLASSES_INDEX = "observed_storageclasses"
+NODES_INDEX = "observed_nodes"
+ALL = "all"  # the one key cluster-scoped facts are kept under
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+# What a pod's status keeps of a message (a termination message can be 4 KiB; the end holds the error).
+MESSAGE_TAIL = 1024
 
 
 def trim_watch_event(plural: str, event: Any) -> None:
@@ -43,6 +52,9 @@ def trim_watch_event(plural: str, event: Any) -> None:
     (body.get("metadata") or {}).pop("managedFields", None)
     if plural == "pods":
         body.pop("spec", None)
+    elif plural == "nodes":  # a node's status carries its image list and heartbeats; only allocatable is read
+        status = body.get("status") or {}
+        body["status"] = {"allocatable": status.get("allocatable") or {}}
 
 
 def slim_child(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -60,21 +72,49 @@ def _ready(status: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def _tail(text: Any) -> str:
+    return str(text)[-MESSAGE_TAIL:]
+
+
+def _slim_terminated(ended: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {key: ended[key] for key in ("exitCode", "reason") if ended.get(key) is not None}
+    if ended.get("message"):
+        kept["message"] = _tail(ended["message"])
+    return kept
+
+
 def _slim_container_statuses(statuses: list[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
-    """Per container: whether it runs, and how it ended (exit code, reason, termination message)."""
+    """Per container: whether it runs, waits (and why: an image pull, a crash loop) or how it ended (exit code,
+    reason, termination message), its restarts and how its last run ended."""
     slim = []
     for status in statuses or []:
         state = status.get("state") or {}
+        kept: dict[str, Any]
         if "terminated" in state:
-            ended = state["terminated"] or {}
-            kept: dict[str, Any] = {"terminated": {key: ended[key] for key in ("exitCode", "reason", "message")
-                                                   if ended.get(key) is not None}}
+            kept = {"terminated": _slim_terminated(state["terminated"] or {})}
         elif "running" in state:
             kept = {"running": {}}
+        elif (state.get("waiting") or {}).get("reason"):
+            waiting = state["waiting"]
+            kept = {"waiting": {"reason": waiting["reason"], "message": _tail(waiting.get("message") or "")}}
         else:
             continue
-        slim.append({"name": status.get("name"), "state": kept})
+        entry: dict[str, Any] = {"name": status.get("name"), "state": kept}
+        if status.get("restartCount"):
+            entry["restartCount"] = status["restartCount"]
+        last = (status.get("lastState") or {}).get("terminated")
+        if last:
+            entry["lastTerminated"] = _slim_terminated(last)
+        slim.append(entry)
     return slim
+
+
+def _unschedulable(status: Mapping[str, Any]) -> str | None:
+    """The scheduler's message when it could not place the pod."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return _tail(cond.get("message") or cond.get("reason") or "unschedulable")
+    return None
 
 
 def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,9 +125,35 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {"name": meta.get("name"), "creationTimestamp": meta.get("creationTimestamp"),
                      "deletionTimestamp": meta.get("deletionTimestamp")},
         "status": {"phase": status.get("phase"), "podIP": status.get("podIP"), "ready": _ready(status),
+                   "unschedulable": _unschedulable(status),
                    "initContainerStatuses": _slim_container_statuses(status.get("initContainerStatuses")),
                    "containerStatuses": _slim_container_statuses(status.get("containerStatuses"))},
     }
+
+
+def slim_quota(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A ResourceQuota's limits (status.hard once the quota controller has seen it, else spec.hard) and use."""
+    status = body.get("status") or {}
+    return {"name": (body.get("metadata") or {}).get("name"),
+            "hard": status.get("hard") or (body.get("spec") or {}).get("hard") or {},
+            "used": status.get("used") or {}}
+
+
+def slim_storage_class(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {"name": meta.get("name"), "provisioner": body.get("provisioner"),
+            "default": (meta.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true",
+            "volumeBindingMode": body.get("volumeBindingMode") or "Immediate"}
+
+
+def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What decides whether a pod could ever run on the node: labels, taints, allocatable, cordoned."""
+    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    return {"name": meta.get("name"), "labels": meta.get("labels") or {},
+            "taints": [{k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None}
+                       for t in spec.get("taints") or []],
+            "unschedulable": bool(spec.get("unschedulable")),
+            "allocatable": (body.get("status") or {}).get("allocatable") or {}}
 
 
 def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str, str]]:
@@ -120,8 +186,20 @@ class Observed:
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any]) -> Observed:
-        ids = [index_id(k.plural) for k in CHILD_KINDS] + [PODS_INDEX, DFDS_INDEX]
-        return cls({i: kwargs[i] for i in ids})
+        ids = [index_id(k.plural) for k in CHILD_KINDS] + [PODS_INDEX, DFDS_INDEX, QUOTAS_INDEX,
+                                                              STORAGE_CLASSES_INDEX]
+        optional = [NODES_INDEX]  # registered only with the node check on
+        return cls({i: kwargs[i] for i in ids} | {i: kwargs[i] for i in optional if i in kwargs})
+
+    def quotas(self, namespace: str) -> list[dict[str, Any]]:
+        return _values(self.indexes[QUOTAS_INDEX], namespace)
+
+    def storage_classes(self) -> list[dict[str, Any]]:
+        return _values(self.indexes[STORAGE_CLASSES_INDEX], ALL)
+
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """Every Node, or None when the operator does not watch them (node check off or not permitted)."""
+        return _values(self.indexes[NODES_INDEX], ALL) if NODES_INDEX in self.indexes else None
 
     def child(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         found = _values(self.indexes[index_id(child_kind(api_version, kind).plural)], (namespace, name))

@@ -29,12 +29,12 @@ from dflash_operator.api.models import (
 from dflash_operator.kube.client import Kube
 from dflash_operator.kube.errors import already_exists, api_message, namespace_terminating
 from dflash_operator.kube.ownership import field_manager
-from dflash_operator.reconcile import cache_outcome
+from dflash_operator.reconcile import cache_outcome, capacity
 from dflash_operator.reconcile.drift import covers
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.observed import Observed
 from dflash_operator.reconcile.validation import spec_problems
-from dflash_operator.render.cache import cache_job_name, cache_name, claim_not_smaller
+from dflash_operator.render.cache import cache_job_name, cache_name, claim_not_smaller, render_cache_pvc
 from dflash_operator.render.desired import desired_objects
 from dflash_operator.render.serving import SERVING_PORT, CacheFacts, endpoint, render_deployment, selector_string
 from dflash_operator.runtime import metrics
@@ -44,6 +44,7 @@ from dflash_operator.speculation import counters as speculation
 from dflash_operator.speculation.vllm_features import missing_features
 from dflash_operator.speculation.window import Windows
 from dflash_operator.status import conditions as status
+from dflash_operator.status import trouble
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,19 @@ class RetryLater(Exception):
 
 class _Rejected(Exception):
     """The API server refused a child for good (400/422); the pass stalls with its message."""
+
+
+class _CannotRun(Exception):
+    """The cluster can never run this spec (reconcile.capacity); the pass stalls with the reason, nothing created."""
+
+    def __init__(self, finding: capacity.Finding) -> None:
+        super().__init__(finding.message)
+        self.reason = finding.reason
+
+
+# One DFlashDeployment's own answer to "may a cluster autoscaler add the node that fits?" (config: node_autoscaling).
+NODE_AUTOSCALING_ANNOTATION = "serving.dflash.dev/node-autoscaling"
+NODE_CHECK_SKIPPED = "NodeCheckSkipped"
 
 
 def _validation_message(error: ValidationError) -> str:
@@ -96,13 +110,16 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
 
     job_name = cache_job_name(dfd, config.cache)
     try:
-        _preflight(kube, observed, ledger, dfd, config, job_name)
+        _preflight(kube, observed, ledger, dfd, config, job_name, emit)
     except _Rejected as error:
         _stall(kube, ledger, body, "ChildRejected", f"nothing was downloaded: {error}", emit)
         return
+    except _CannotRun as error:
+        _stall(kube, ledger, body, error.reason, f"nothing was downloaded: {error}", emit)
+        return
 
     outcome = _cache_outcome(kube, observed, namespace, job_name)
-    gate = _cache_gate(outcome, dfd.spec)
+    gate = _cache_gate(outcome, dfd.spec, _cache_trouble(observed, dfd, job_name, outcome))
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
     old_status = _last_status(ledger, body)
@@ -130,7 +147,8 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     deployment = next(c for o, c in zip(desired, current, strict=True) if o["kind"] == "Deployment")
     facts_of_rollout = status.rollout_facts(deployment, dfd.spec.replicas)
     probe = status.SPECULATIVE_PROBE if fallback is None else status.PLAIN_PROBE
-    conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe)
+    pods_say = trouble.serving_trouble(deployment, observed.serving_pods(namespace, name))
+    conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe, pods_say)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
         window = (windows or Windows()).of(meta["uid"], autopilot.speculation_fingerprint(dfd))
@@ -166,17 +184,25 @@ def _previous_speculation(old_status: dict[str, Any]) -> SpeculationStatus | Non
 
 
 def _preflight(kube: Kube, observed: Observed, ledger: Ledger, dfd: DFlashDeployment, config: OperatorConfig,
-               job_name: str) -> None:
-    """Before a download starts, the serving Deployment goes through the API server's validation and admission
-    as a dry run: a spec it would refuse (a bad toleration, affinity, env entry or resource) stalls now, not after
-    hundreds of GB. Once per generation, and only while this spec's cache Job does not exist yet: from then on the
-    download is under way and the real apply reports the same errors."""
+               job_name: str, emit: EventSink) -> None:
+    """Before a download starts: can this spec ever run here (quota, storage class, a node that fits: from the
+    indexes, no request), and would the API server take its serving Deployment (validation and admission, as a dry
+    run)? A spec that cannot stalls now, not after hundreds of GB. Once per generation, and only while this spec's
+    cache Job does not exist yet: from then on the download is under way and the real apply reports the same
+    errors. A stalled spec is checked again on its next pass (a quota raised, a class or a node added)."""
     meta = dfd.metadata
     if observed.child("batch/v1", "Job", meta["namespace"], job_name) is not None:
         return
     if ledger.preflighted(meta["uid"], meta.get("generation", 0)):
         return
     deployment = render_deployment(dfd, config.render, CacheFacts(claim_name=cache_name(dfd)))
+    for finding in _capacity_findings(observed, dfd, config, deployment):
+        if finding.stall:
+            raise _CannotRun(finding)
+        emit("Warning", finding.reason, finding.message)
+    if observed.nodes() is None:
+        emit("Normal", NODE_CHECK_SKIPPED, "the operator does not watch Nodes (chart value nodeCheck.enabled, or "
+                                           "no permission): whether a node can hold a serving pod is not checked")
     try:
         kube.create(deployment, field_manager=field_manager(deployment, meta["uid"]), dry_run=True)
     except ApiException as error:
@@ -185,6 +211,35 @@ def _preflight(kube: Kube, observed: Observed, ledger: Ledger, dfd: DFlashDeploy
         if not already_exists(error):
             _raise_api_error(error, deployment)
     ledger.record_preflight(meta["uid"], meta.get("generation", 0))
+
+
+def _capacity_findings(observed: Observed, dfd: DFlashDeployment, config: OperatorConfig,
+                       deployment: dict[str, Any]) -> list[capacity.Finding]:
+    """Everything reconcile.capacity finds against this spec, stalls first."""
+    namespace = dfd.metadata["namespace"]
+    pod_spec = deployment["spec"]["template"]["spec"]
+    claim = render_cache_pvc(dfd)
+    class_name, class_finding = capacity.storage_class_finding(claim, observed.storage_classes())
+    needs = capacity.pod_needs(pod_spec)
+    quotas = observed.quotas(namespace)
+    found = [class_finding,
+             capacity.quota_finding(quotas, needs, "one serving pod"),
+             capacity.quota_finding(quotas, capacity.claim_needs(claim, class_name), "the cache claim")]
+    nodes = observed.nodes()
+    if nodes is not None:
+        annotation = (dfd.metadata.get("annotations") or {}).get(NODE_AUTOSCALING_ANNOTATION)
+        autoscaling = annotation == "true" if annotation in ("true", "false") else config.node_autoscaling
+        found.append(capacity.node_finding(pod_spec, needs, dfd.spec.gpu_resource_name, nodes, autoscaling))
+    return sorted((f for f in found if f is not None), key=lambda f: not f.stall)
+
+
+def _cache_trouble(observed: Observed, dfd: DFlashDeployment, job_name: str,
+                   outcome: cache_outcome.CacheOutcome) -> trouble.Trouble | None:
+    if outcome.phase != cache_outcome.DOWNLOADING:
+        return None
+    namespace = dfd.metadata["namespace"]
+    claim = observed.child("v1", "PersistentVolumeClaim", namespace, cache_name(dfd))
+    return trouble.cache_trouble(observed.job_pods(namespace, job_name), claim)
 
 
 def _raise_api_error(error: ApiException, obj: dict[str, Any]) -> NoReturn:
@@ -251,11 +306,12 @@ def _cache_outcome(kube: Kube, observed: Observed, namespace: str, job_name: str
     return cache_outcome.cache_outcome(job, pods, last_line)
 
 
-def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec) -> list[Condition] | None:
+def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec,
+                cache_says: trouble.Trouble | None = None) -> list[Condition] | None:
     """Conditions that hold the serving objects back, or None when the cache is ready, the pair fits and the
     serving vLLM has every field the spec uses."""
     if outcome.phase == cache_outcome.DOWNLOADING:
-        return status.waiting_for_cache_conditions(outcome.message)
+        return status.waiting_for_cache_conditions(outcome.message, cache_says)
     if outcome.phase == cache_outcome.FAILED:
         return status.cache_failed_conditions(outcome.message)
     # The pair's own problems come from the Job; the token count is this deployment's, checked here.

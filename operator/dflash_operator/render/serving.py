@@ -156,6 +156,9 @@ def render_deployment(dfd: DFlashDeployment, config: RenderConfig, cache: CacheF
             {"name": "models", "mountPath": MODEL_MOUNT, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
+        # vLLM writes no termination message: on a failed start the kubelet keeps the log's tail instead, which is
+        # where status.trouble finds vLLM's own error line (a refused flag, CUDA out of memory) for Ready's message.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         # Startup allows the long model load; it runs the same speculative probe, so "started" already means
         # "speculating". Readiness keeps proving it; liveness only asks whether the server process answers.
         "startupProbe": {

@@ -24,6 +24,17 @@ def _crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rbac(args: argparse.Namespace) -> int:
+    from dflash_operator.kube.rbac import render_rbac_yaml
+
+    text = render_rbac_yaml()
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -115,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     crd.add_argument("-o", "--output", action="append",
                      help="write to this file instead of stdout (repeatable: crds/ and the chart's copy)")
     crd.set_defaults(handler=_crd)
+    rbac = commands.add_parser("rbac", help="print (or write) the chart's RBAC rules generated from what the operator "
+                                            "touches")
+    rbac.add_argument("-o", "--output", help="write to this file (charts/dflash-operator/files/rbac.yaml)")
+    rbac.set_defaults(handler=_rbac)
     return parser
 
 

@@ -40,6 +40,13 @@ class OperatorConfig:
     # long while the API server answers (runtime.watch_health). kopf reopens a silent stream after 70 s, so
     # 300 s is several unanswered reopenings (chart: operator.watchSilenceSeconds).
     watch_silence_seconds: float = 300.0
+    # Whether the operator watches Nodes to tell, before any download, that no node could ever hold a serving pod
+    # (chart: nodeCheck.enabled, which also grants the permission). Off, or without the permission, the check is
+    # skipped and each DFlashDeployment's event says so.
+    node_check: bool = True
+    # A cluster autoscaler may add the node that fits: NoNodeFits then warns and waits instead of stalling
+    # (chart: nodeCheck.autoscaling; one DFlashDeployment: the annotation serving.dflash.dev/node-autoscaling).
+    node_autoscaling: bool = False
 
 
 class ConfigError(ValueError):
@@ -61,6 +68,15 @@ def _number(environ: Mapping[str, str], name: str, default: float, kind: type = 
     if value < 0:
         raise ConfigError(f"{name}={raw!r} must not be negative")
     return value
+
+
+def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (environ.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in ("true", "false"):
+        raise ConfigError(f"{name}={environ[name]!r} is not true or false")
+    return raw == "true"
 
 
 def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] = (),
@@ -93,4 +109,6 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
         namespaces=namespaces,
         liveness_endpoint=liveness_endpoint or defaults.liveness_endpoint,
         watch_silence_seconds=silence,
+        node_check=_flag(environ, "DFLASH_NODE_CHECK", defaults.node_check),
+        node_autoscaling=_flag(environ, "DFLASH_NODE_AUTOSCALING", defaults.node_autoscaling),
     )

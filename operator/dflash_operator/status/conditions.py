@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from dflash_operator.api.models import Condition, DFlashDeploymentStatus
+from dflash_operator.status import trouble
+from dflash_operator.status.trouble import Trouble
 
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -74,7 +76,8 @@ SPECULATIVE_PROBE = "the speculative probe"
 PLAIN_PROBE = "the completion probe (Fallback: the target alone, no draft)"
 
 
-def rollout_conditions(facts: RolloutFacts, probe: str = SPECULATIVE_PROBE) -> list[Condition]:
+def rollout_conditions(facts: RolloutFacts, probe: str = SPECULATIVE_PROBE, trouble: Trouble | None = None
+                       ) -> list[Condition]:
     done = (
         facts.observed_current
         and facts.updated >= facts.desired
@@ -89,6 +92,8 @@ def rollout_conditions(facts: RolloutFacts, probe: str = SPECULATIVE_PROBE) -> l
             condition(RECONCILING, "False", reason, message),
             condition(STALLED, "False", "Reconciled", "the spec is applied"),
         ]
+    if trouble is not None:
+        return trouble_conditions(trouble)
     if facts.updated < facts.desired or not facts.observed_current:
         reason = "RollingOut"
         message = f"{facts.updated}/{facts.desired} pods run the current spec, {facts.ready} ready"
@@ -99,6 +104,17 @@ def rollout_conditions(facts: RolloutFacts, probe: str = SPECULATIVE_PROBE) -> l
         condition(READY, "False", reason, message),
         condition(RECONCILING, "True", reason, message),
         condition(STALLED, "False", "Reconciling", "the spec is applied; waiting for the pods"),
+    ]
+
+
+def trouble_conditions(trouble: Trouble) -> list[Condition]:
+    """What the cluster reports as the reason nothing serves: Ready says it; Stalled too when it will not pass."""
+    if trouble.stalled:
+        return stalled_conditions(trouble.reason, trouble.message)
+    return [
+        condition(READY, "False", trouble.reason, trouble.message),
+        condition(RECONCILING, "True", trouble.reason, trouble.message),
+        condition(STALLED, "False", "Reconciling", "waiting for the cluster: " + trouble.message),
     ]
 
 
@@ -117,7 +133,13 @@ def cache_ready_conditions() -> list[Condition]:
     ]
 
 
-def waiting_for_cache_conditions(message: str) -> list[Condition]:
+def waiting_for_cache_conditions(message: str, trouble: Trouble | None = None) -> list[Condition]:
+    if trouble is not None:
+        return [
+            *trouble_conditions(trouble),
+            condition(CACHE_READY, "False", trouble.reason, f"{message}; {trouble.message}"),
+            condition(MODELS_COMPATIBLE, "Unknown", "WaitingForCache", "checked once both models are cached"),
+        ]
     return [
         condition(READY, "False", "CacheNotReady", message),
         condition(RECONCILING, "True", "Downloading", message),
@@ -199,6 +221,9 @@ def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     return any(merge_patched(old.get(key), value) != old.get(key) for key, value in new.items())
 
 
+# Ready reasons that report something wrong in the cluster (status.trouble): their transitions are warnings.
+TROUBLE_REASONS = frozenset({trouble.UNSCHEDULABLE, trouble.IMAGE_PULL_BACK_OFF, trouble.CRASH_LOOP_BACK_OFF,
+                             trouble.OOM_KILLED, trouble.PODS_REFUSED})
 # Conditions whose transitions are worth an event on the DFlashDeployment (Reconciling only restates Ready).
 _EVENT_CONDITIONS = (READY, STALLED, CACHE_READY, MODELS_COMPATIBLE, SPECULATION_HEALTHY)
 
@@ -217,7 +242,8 @@ def transition_events(old: list[dict[str, Any]], new: list[Condition]) -> list[E
         if previous and (previous["status"], previous["reason"]) == (cond.status, cond.reason):
             continue
         bad = (cond.type == STALLED and cond.status == "True") or (
-            cond.type in (MODELS_COMPATIBLE, SPECULATION_HEALTHY) and cond.status == "False")
+            cond.type in (MODELS_COMPATIBLE, SPECULATION_HEALTHY) and cond.status == "False") or (
+            cond.type == READY and cond.status == "False" and cond.reason in TROUBLE_REASONS)
         if previous is None and not bad:
             continue
         events.append(Event("Warning" if bad else "Normal", cond.reason,

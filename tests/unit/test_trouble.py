@@ -1,0 +1,113 @@
+"""Why no pod serves, read from what the kubelet, the scheduler and the controllers report (status.trouble), and the
+pass that puts it in Ready, Stalled, the events."""
+
+from __future__ import annotations
+
+import copy
+
+from test_reconcile import BODY, JOB, NS, RecordingKube, _completed_pod, job
+
+from dflash_cache.result import CacheResult
+from dflash_operator.api.models import Condition
+from dflash_operator.reconcile.ledger import Ledger
+from dflash_operator.reconcile.observed import slim_pod
+from dflash_operator.reconcile.passes import reconcile
+from dflash_operator.runtime.config import OperatorConfig
+from dflash_operator.status import trouble
+from dflash_operator.status.conditions import transition_events
+from dflash_testkit.indexes import observed
+
+VLLM_ERROR = ("INFO 12-04 starting\nusage: api_server.py [-h] ...\n"
+              "api_server.py: error: unrecognized arguments: --no-such-flag\n")
+
+
+def _pod(name: str = "coder-1", **status) -> dict:
+    """A pod as the API server reports it, slimmed as the operator's index keeps it."""
+    return slim_pod({"metadata": {"name": name, "creationTimestamp": "T"}, "status": {"phase": "Pending", **status}})
+
+
+def _vllm(state: dict, restarts: int = 0, last: dict | None = None) -> dict:
+    status = {"name": "vllm", "state": state, "restartCount": restarts}
+    if last is not None:
+        status["lastState"] = {"terminated": last}
+    return status
+
+
+def test_the_vllm_error_line_is_picked_from_a_log_tail() -> None:
+    assert trouble.error_line(VLLM_ERROR) == "api_server.py: error: unrecognized arguments: --no-such-flag"
+    assert trouble.error_line("a\nb\n\n") == "b" and trouble.error_line("") == ""
+
+
+def test_crash_loop_reports_vllms_own_line_and_stalls_after_three_restarts() -> None:
+    last = {"exitCode": 2, "reason": "Error", "message": VLLM_ERROR}
+    looping = _pod(phase="Running", containerStatuses=[_vllm({"waiting": {"reason": "CrashLoopBackOff"}}, 2, last)])
+    found = trouble.serving_trouble(None, [looping])
+    assert found is not None and found.reason == "CrashLoopBackOff" and not found.stalled
+    assert "unrecognized arguments: --no-such-flag" in found.message and "restarts: 2" in found.message
+    looping = _pod(phase="Running", containerStatuses=[_vllm({"waiting": {"reason": "CrashLoopBackOff"}}, 3, last)])
+    assert trouble.serving_trouble(None, [looping]).stalled  # type: ignore[union-attr]
+
+
+def test_oom_killed_image_pull_and_unschedulable() -> None:
+    oom = _pod(containerStatuses=[_vllm({"waiting": {"reason": "CrashLoopBackOff"}}, 1,
+                                        {"exitCode": 137, "reason": "OOMKilled"})])
+    assert trouble.serving_trouble(None, [oom]).reason == "OOMKilled"  # type: ignore[union-attr]
+    missing = _pod(containerStatuses=[_vllm({"waiting": {"reason": "ErrImagePull", "message":
+               'failed to pull and unpack image "example.com/vllm:v9": not found'}})])
+    found = trouble.serving_trouble(None, [missing])
+    assert found is not None and found.reason == "ImagePullBackOff" and found.stalled and "vllm:v9" in found.message
+    unreachable = _pod(containerStatuses=[_vllm({"waiting": {"reason": "ImagePullBackOff", "message":
+                   "Back-off pulling image: dial tcp: connect: network is unreachable"}})])
+    assert not trouble.serving_trouble(None, [unreachable]).stalled  # type: ignore[union-attr]
+    pending = _pod(conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}])
+    found = trouble.serving_trouble(None, [pending])
+    assert found == trouble.Trouble("Unschedulable", "serving pod coder-1 cannot be scheduled: 0/4 nodes are "
+                                                     "available: 4 Insufficient nvidia.com/gpu.", False)
+    assert trouble.serving_trouble(None, [_pod(phase="Running", containerStatuses=[_vllm({"running": {}})])]) is None
+
+
+def test_a_refused_replica_set_is_pods_refused_and_the_worst_pod_wins() -> None:
+    deployment = {"status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                             "message": 'pods "coder-x" is forbidden: exceeded quota: gpus'}]}}
+    found = trouble.serving_trouble(deployment, [])
+    assert found is not None and found.reason == "PodsRefused" and "exceeded quota: gpus" in found.message
+    stalled = _pod("b", containerStatuses=[_vllm({"waiting": {"reason": "InvalidImageName", "message": "bad"}})])
+    assert trouble.serving_trouble(deployment, [stalled]).reason == "ImagePullBackOff"  # type: ignore[union-attr]
+
+
+def _pass(world, body):
+    kube, events = RecordingKube(deployment_status={"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                                                    "readyReplicas": 0}), []
+    reconcile(kube, world, Ledger(), body, OperatorConfig(), lambda *e: events.append(e))  # type: ignore[arg-type]
+    return kube, events
+
+
+def test_a_pass_says_what_the_serving_pod_says_with_a_warning_on_the_transition() -> None:
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40, draft_block_size=16)
+    last = {"exitCode": 2, "reason": "Error", "message": VLLM_ERROR}
+    looping = _pod(phase="Running", containerStatuses=[_vllm({"waiting": {"reason": "CrashLoopBackOff"}}, 5, last)])
+    world = observed([job({"conditions": [{"type": "Complete", "status": "True"}]})],
+                     {("job", NS, JOB): [_completed_pod(result)], ("serving", NS, BODY["metadata"]["name"]): [looping]})
+    body = copy.deepcopy(BODY)
+    kube, _ = _pass(world, body)
+    conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
+    assert (conditions["Ready"]["reason"], conditions["Stalled"]["status"]) == ("CrashLoopBackOff", "True")
+    assert "unrecognized arguments: --no-such-flag" in conditions["Ready"]["message"]
+    before = [{"type": "Ready", "status": "False", "reason": "WaitingForSpeculativeProbe"},
+              {"type": "Stalled", "status": "False", "reason": "Reconciling"}]
+    events = transition_events(before, [Condition.model_validate(c) for c in kube.statuses[-1]["conditions"]])
+    assert {(e.type, e.reason) for e in events} >= {("Warning", "CrashLoopBackOff")}
+
+
+def test_the_cache_pod_that_cannot_pull_the_serving_image_shows_while_downloading() -> None:
+    pulling = _pod("cache-pod", initContainerStatuses=[{"name": "fetch", "state": {"terminated": {"exitCode": 0}}}],
+                   containerStatuses=[{"name": "check-pair", "state": {"waiting": {
+                       "reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope/vllm:v0.0.1": '
+                                                               "repository does not exist"}}}])
+    world = observed([job({"active": 1})], {("job", NS, JOB): [pulling]})
+    kube, _ = _pass(world, copy.deepcopy(BODY))
+    conditions = {c["type"]: c for c in kube.statuses[-1]["conditions"]}
+    assert conditions["Ready"]["reason"] == "ImagePullBackOff" and conditions["Stalled"]["status"] == "True"
+    assert "nope/vllm:v0.0.1" in conditions["Ready"]["message"] and "check-pair" in conditions["Ready"]["message"]
+    assert conditions["CacheReady"]["status"] == "False"
