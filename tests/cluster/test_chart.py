@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import ControlPlane, free_port, http_ok
 from dflash_testkit.dfd import condition_is, deployment, dfd, mark_pods_ready
 from dflash_testkit.helm import CHART, helm
+from dflash_testkit.operator import running_operator
 from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -140,12 +142,14 @@ CAN = [
     ("patch", "poddisruptionbudgets.policy"), ("patch", "jobs.batch"), ("patch", "persistentvolumeclaims"),
     ("list", "pods"), ("get", "pods/log"), ("create", "events"),
     ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("watch", "resourcequotas"), ("watch", "storageclasses.storage.k8s.io"), ("watch", "nodes"),
 ]
 CANNOT = [
     ("get", "secrets"), ("list", "secrets"), ("delete", "deployments.apps"), ("delete", "persistentvolumeclaims"),
     ("update", "dflashdeployments.serving.dflash.dev"), ("delete", "dflashdeployments.serving.dflash.dev"),
     ("create", "pods"), ("create", "clusterroles.rbac.authorization.k8s.io"), ("*", "*"),
     ("patch", "customresourcedefinitions.apiextensions.k8s.io"), ("create", "pods/exec"),
+    ("patch", "nodes"), ("patch", "resourcequotas"), ("create", "storageclasses.storage.k8s.io"),
 ]
 
 
@@ -175,10 +179,7 @@ def sa_namespace(api_client) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-def test_operator_reconciles_end_to_end_with_the_charts_service_account(
-    control_plane: ControlPlane, installed: None, api_client, operator, sa_namespace: str
-) -> None:
-    namespace = sa_namespace
+def _sa_kubeconfig(control_plane: ControlPlane) -> Path:
     token = control_plane.kubectl("-n", OPS, "create", "token", f"{RELEASE}-dflash-operator",
                                   "--duration=1h").stdout.strip()
     assert control_plane.pki
@@ -190,6 +191,14 @@ def test_operator_reconciles_end_to_end_with_the_charts_service_account(
         "users": [{"name": "sa", "user": {"token": token}}],
         "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}],
     }))
+    return kubeconfig
+
+
+def test_operator_reconciles_end_to_end_with_the_charts_service_account(
+    control_plane: ControlPlane, installed: None, api_client, operator, sa_namespace: str
+) -> None:
+    namespace = sa_namespace
+    kubeconfig = _sa_kubeconfig(control_plane)
     port = free_port()
     log = control_plane.workdir / "logs" / "operator-sa.log"
     # Only this namespace, which the session's admin operator leaves alone, so only this operator can make it Ready.
@@ -212,3 +221,33 @@ def test_operator_reconciles_end_to_end_with_the_charts_service_account(
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_without_the_node_permission_the_check_is_skipped_and_said_without_a_403_loop(
+    control_plane: ControlPlane, installed: None, api_client, operator, sa_namespace: str
+) -> None:
+    """nodeCheck.enabled=false takes the Nodes permission away; an operator that still has the check on (run
+    outside the chart) asks once, turns it off, and says so: no stall on nodes, no 403 in its log."""
+    helm(control_plane, "upgrade", RELEASE, str(CHART), "-n", OPS, "--reuse-values",
+         "--set", "nodeCheck.enabled=false")
+    try:
+        answer = control_plane.kubectl("auth", "can-i", "watch", "nodes", f"--as={SA}", check=False).stdout
+        assert answer.strip() == "no"
+        log = control_plane.workdir / "logs" / "operator-sa-nodes.log"
+        settings = {"DFLASH_RESYNC_SECONDS": "2", "DFLASH_NODE_CHECK": "true"}
+        with running_operator(_sa_kubeconfig(control_plane), log, settings, namespaces=(sa_namespace,)):
+            # 16 GPUs per pod, where every node has 8: with the check on, NoNodeFits; here the download starts.
+            control_plane.kubectl("-n", sa_namespace, "apply", "-f", "-",
+                                  input=json.dumps(dfd("wide", tensorParallelSize=16)))
+            wait_for(lambda: kubernetes.client.BatchV1Api(api_client).list_namespaced_job(sa_namespace).items,
+                     "the cache Job (no node check, so no NoNodeFits stall)")
+            events = wait_for(lambda: [e for e in kubernetes.client.CoreV1Api(api_client).list_namespaced_event(
+                sa_namespace).items if e.reason == "NodeCheckSkipped"], "the NodeCheckSkipped event")
+            assert "does not watch Nodes" in events[0].message
+            time.sleep(5)  # a 403 loop would show within a few watch retries
+        text = log.read_text()
+        assert "may not list and watch Nodes: the node check is off" in text
+        assert "Forbidden" not in text and " 403" not in text, text[-3000:]
+    finally:
+        helm(control_plane, "upgrade", RELEASE, str(CHART), "-n", OPS, "--reuse-values",
+             "--set", "nodeCheck.enabled=true")

@@ -197,8 +197,13 @@ def node_lacks(pod_spec: Mapping[str, Any], needs: Mapping[str, Decimal], gpu_re
 def node_finding(pod_spec: Mapping[str, Any], needs: Mapping[str, Decimal], gpu_resource: str,
                  nodes: Sequence[Mapping[str, Any]], autoscaling: bool) -> Finding | None:
     """None when some node could hold one serving pod; else the closest node and what it lacks."""
+    # Closest: a node the pod is meant for (its selector and affinity hold) before one it is not, then the fewest
+    # lacks, then by name.
+    def placement_misses(lacks: list[str]) -> int:
+        return sum(1 for lack in lacks if lack.startswith(("nodeSelector", "required node affinity")))
+
     verdicts = sorted(((node_lacks(pod_spec, needs, gpu_resource, n), n.get("name") or "") for n in nodes),
-                      key=lambda v: (len(v[0]), v[1]))
+                      key=lambda v: (placement_misses(v[0]), len(v[0]), v[1]))
     if any(not lacks for lacks, _ in verdicts):
         return None
     if not verdicts:

@@ -38,13 +38,16 @@ def cache_job(api_client, namespace: str):
 
 
 def bind_cache_volume(api_client, namespace: str, claim: str) -> None:
+    """A volume made for the claim, in the claim's class (the default class the API server gave it, or none)."""
     core = kubernetes.client.CoreV1Api(api_client)
+    claim_spec = core.read_namespaced_persistent_volume_claim(claim, namespace).spec
+    storage_class = getattr(claim_spec, "storage_class_name", None) or ""
     volume: Any = {  # a plain manifest; the client serialises dicts as they are
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": f"{namespace}-{claim}"[:63]},
         "spec": {
             "capacity": {"storage": "2Ti"}, "accessModes": ["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
-            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Delete", "storageClassName": storage_class,
             "hostPath": {"path": f"/var/lib/dflash-test/{namespace}/{claim}"},
             "claimRef": {"namespace": namespace, "name": claim},
         },

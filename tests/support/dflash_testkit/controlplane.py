@@ -137,6 +137,8 @@ class ControlPlane:
             self._start_scheduler()
             self._start_kwok()
             self._create_gpu_nodes()
+            if not self.real_node:  # the real node brings its provisioner's default class (local-path)
+                self._create_default_storage_class()
             if self.real_node:
                 self.node = RealNode(workdir=self.workdir / "node", bin_dir=self.bin_dir)
                 self.node.start(self)
@@ -309,6 +311,16 @@ class ControlPlane:
         self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
         self.kubectl("wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
 
+    def _create_default_storage_class(self) -> None:
+        """A default StorageClass, as every managed cluster has: the operator refuses a cache claim that could never
+        bind (StorageClassNotFound). No provisioner runs for it: the tests bind claims to volumes they create
+        (dflash_testkit.cachejob.bind_cache_volume), which the volume controller matches before provisioning."""
+        self.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": DEFAULT_STORAGE_CLASS,
+                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "example.com/no-provisioner", "volumeBindingMode": "Immediate"}))
+
     # --- helpers ---------------------------------------------------------------------------------------------------
     def _write_kubeconfig(self) -> None:
         assert self.pki
@@ -373,6 +385,9 @@ class ControlPlane:
 
     def pids(self) -> list[int]:
         return [c.process.pid for c in self.components if c.process is not None]
+
+
+DEFAULT_STORAGE_CLASS = "standard"
 
 
 def gpu_node(name: str, gpus: int) -> dict:
