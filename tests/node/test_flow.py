@@ -183,3 +183,35 @@ def test_a_wrong_revision_fails_the_cache_once_with_a_readable_reason(stack: Sta
     assert len(job_pods(core, namespace, job.metadata.name)) == 1
     assert batch.read_namespaced_job(job.metadata.name, namespace).status.failed == 1
     assert kubernetes.client.AppsV1Api(core.api_client).list_namespaced_deployment(namespace).items == []
+
+
+def test_a_serving_image_that_does_not_exist_shows_in_status_while_the_cache_waits(
+        stack: Stack, core, namespace: str) -> None:
+    """The cache Job's check step runs the serving image, so a wrong spec.image shows there first: Ready says the
+    kubelet cannot pull it, naming the image, while the download itself has finished."""
+    image = "localhost/dflash/no-such-vllm:v0.32.0"
+    apply(stack, namespace, dfd("noimage", image))
+    obj = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "noimage")) and
+                   conditions(o)["Ready"]["reason"] == "ImagePullBackOff" and o, "Ready reason ImagePullBackOff", 300)
+    found = conditions(obj)
+    assert image in found["Ready"]["message"] and "check-pair" in found["Ready"]["message"], found["Ready"]
+    assert found["CacheReady"]["status"] == "False"
+    wait_for(lambda: any(e.reason == "ImagePullBackOff" and e.type == "Warning"
+                         for e in events(core, namespace, "noimage")), "the ImagePullBackOff warning event", 30)
+
+
+def test_a_flag_vllm_refuses_is_a_crash_loop_with_vllms_own_error_line(stack: Stack, core, namespace: str) -> None:
+    manifest = dfd("badflag", stack.vllm_image)
+    manifest["spec"]["extraArgs"] = [*manifest["spec"]["extraArgs"], "--no-such-flag"]
+    apply(stack, namespace, manifest)
+    obj = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "badflag")) and
+                   conditions(o)["Ready"]["reason"] == "CrashLoopBackOff" and o, "Ready reason CrashLoopBackOff",
+                   SERVING_TIMEOUT)
+    message = conditions(obj)["Ready"]["message"]
+    assert "--no-such-flag" in message and "keeps crashing" in message, message
+    wait_for(lambda: any(e.reason == "CrashLoopBackOff" and e.type == "Warning"
+                         for e in events(core, namespace, "badflag")), "the CrashLoopBackOff warning event", 30)
+    # After three restarts the cluster will not fix it by itself: Stalled, with the same reason.
+    obj = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "badflag")) and
+                   conditions(o)["Stalled"]["status"] == "True" and o, "Stalled=True after three restarts", 600)
+    assert conditions(obj)["Stalled"]["reason"] == "CrashLoopBackOff"

@@ -35,6 +35,17 @@ def _rbac(args: argparse.Namespace) -> int:
     return 0
 
 
+def _docs(args: argparse.Namespace) -> int:
+    from dflash_operator.api.reference import api_reference_markdown
+    from dflash_operator.status.reasons import troubleshooting_markdown
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "api.md").write_text(api_reference_markdown())
+    (out / "troubleshooting.md").write_text(troubleshooting_markdown())
+    return 0
+
+
 def _render(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -130,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "touches")
     rbac.add_argument("-o", "--output", help="write to this file (charts/dflash-operator/files/rbac.yaml)")
     rbac.set_defaults(handler=_rbac)
+    docs = commands.add_parser("docs", help="write the generated docs: the API reference and the status reasons")
+    docs.add_argument("-o", "--output", default="docs", help="the folder (default: docs)")
+    docs.set_defaults(handler=_docs)
     return parser
 
 

@@ -1,7 +1,7 @@
 """`dflash-check-pair TARGET_DIR DRAFT_DIR`: the verdict of the vLLM in this image on a DFlash pair.
 
 CPU only, configs and tokenizer files only: no weights are read and no GPU is touched. It runs the operator's
-plain-worded rules (`pairing.py`, a copy of the operator's module kept identical by a unit test) with this vLLM's
+plain-worded rules (`dflash_cache.pairing`, the library the operator's cache Job runs too) with this vLLM's
 version, and asks this vLLM itself
 - to read the draft config with its own reader (`get_config`; the z-lab layout wrapped as vLLM does for method
   dflash, the speculators layout through its SpeculatorsConfig with the 1-based aux_hidden_state_layer_ids),
