@@ -4,6 +4,7 @@ the pass that stalls on a no before anything is created."""
 from __future__ import annotations
 
 import copy
+import datetime
 from decimal import Decimal
 
 import pytest
@@ -12,6 +13,7 @@ from test_reconcile import BODY, NS, RecordingKube
 from dflash_operator.reconcile import capacity
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.passes import reconcile
+from dflash_operator.runtime.clock import Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_testkit.indexes import GPU_NODE, STANDARD_CLASS, observed
 
@@ -135,3 +137,11 @@ def test_the_annotation_turns_no_node_fits_into_a_warning_and_the_download_start
     kube, events = _pass(observed(nodes=(_node(allocatable={}),)), body)
     assert [k for k, *_ in kube.applied] == ["PersistentVolumeClaim", "Job"]
     assert [(e[0], e[1]) for e in events] == [("Warning", "NoNodeFits")]
+
+
+def test_transition_times_come_from_the_clock_passed_in() -> None:
+    kube = RecordingKube()
+    moment = datetime.datetime(2031, 5, 6, 7, 8, 9, 999, tzinfo=datetime.UTC)
+    reconcile(kube, observed(storage_classes=()), Ledger(), copy.deepcopy(BODY), OperatorConfig(),  # type: ignore[arg-type]
+              lambda *e: None, clock=Clock(now=lambda: moment))
+    assert {c["lastTransitionTime"] for c in kube.statuses[-1]["conditions"]} == {"2031-05-06T07:08:09Z"}

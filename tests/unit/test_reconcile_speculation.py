@@ -14,6 +14,7 @@ from dflash_operator.reconcile import passes as reconcile_module
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.passes import reconcile
 from dflash_operator.runtime import metrics
+from dflash_operator.runtime.clock import Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import autopilot
 from dflash_operator.speculation.counters import SpecCounters
@@ -100,12 +101,12 @@ def test_measured_passes_judge_the_window_and_write_only_when_a_rounded_figure_m
     readings = iter([SpecCounters(0, 0, 0), SpecCounters(100, 400, 360), SpecCounters(200, 800, 720.4),
                      SpecCounters(300, 1200, 1080.6)])
     monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
-    clock = iter(range(0, 1000, 10))
-    monkeypatch.setattr(reconcile_module.time, "monotonic", lambda: float(next(clock)))
+    seconds = iter(range(0, 1000, 10))
+    clock = Clock(monotonic=lambda: float(next(seconds)))
     kube, ledger, windows, events = KeepingKube(), Ledger(), Windows(), []
     for _ in range(4):
         reconcile(kube, world(), ledger, body(policy="Alert"), CONFIG, lambda *e: events.append(e), measure=True,
-                  windows=windows)
+                  windows=windows, clock=clock)
     figures = [s["speculation"] for s in kube.statuses if s.get("speculation", {}).get("acceptanceRate")]
     # Passes 2-4 measure 0.9, 0.9005 and 0.9005 (mean 4.6, 4.602, 4.602): one write with figures, not three.
     assert len(figures) == 1 and figures[0]["acceptanceRate"] == 0.9 and figures[0]["meanAcceptedLength"] == 4.6

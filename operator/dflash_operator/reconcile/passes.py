@@ -7,9 +7,7 @@ what differs, so a pass over an unchanged world sends nothing to the API server.
 
 from __future__ import annotations
 
-import datetime
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -38,6 +36,7 @@ from dflash_operator.render.cache import cache_job_name, cache_name, claim_not_s
 from dflash_operator.render.desired import desired_objects
 from dflash_operator.render.serving import SERVING_PORT, CacheFacts, endpoint, render_deployment, selector_string
 from dflash_operator.runtime import metrics
+from dflash_operator.runtime.clock import SYSTEM_CLOCK, Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import autopilot
 from dflash_operator.speculation import counters as speculation
@@ -90,7 +89,8 @@ def _validation_message(error: ValidationError) -> str:
 
 
 def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, Any], config: OperatorConfig,
-              emit: EventSink, measure: bool = False, windows: Windows | None = None) -> None:
+              emit: EventSink, measure: bool = False, windows: Windows | None = None,
+              clock: Clock = SYSTEM_CLOCK) -> None:
     """Brings the children in line with the spec and writes status if anything changed.
 
     The serving objects exist only once both models are cached, verified and compatible, so no GPU pod is ever
@@ -101,21 +101,21 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     try:
         dfd = DFlashDeployment.model_validate(body)
     except ValidationError as error:
-        _stall(kube, ledger, body, "InvalidSpec", _validation_message(error), emit)
+        _stall(kube, ledger, clock, body, "InvalidSpec", _validation_message(error), emit)
         return
     problems = spec_problems(dfd)
     if problems:
-        _stall(kube, ledger, body, problems[0].reason, "; ".join(p.message for p in problems), emit)
+        _stall(kube, ledger, clock, body, problems[0].reason, "; ".join(p.message for p in problems), emit)
         return
 
     job_name = cache_job_name(dfd, config.cache)
     try:
         _preflight(kube, observed, ledger, dfd, config, job_name, emit)
     except _Rejected as error:
-        _stall(kube, ledger, body, "ChildRejected", f"nothing was downloaded: {error}", emit)
+        _stall(kube, ledger, clock, body, "ChildRejected", f"nothing was downloaded: {error}", emit)
         return
     except _CannotRun as error:
-        _stall(kube, ledger, body, error.reason, f"nothing was downloaded: {error}", emit)
+        _stall(kube, ledger, clock, body, error.reason, f"nothing was downloaded: {error}", emit)
         return
 
     outcome = _cache_outcome(kube, observed, namespace, job_name)
@@ -129,7 +129,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     try:
         current = _apply_differing(kube, observed, ledger, desired, meta["uid"])
     except _Rejected as error:
-        _stall(kube, ledger, body, "ChildRejected", str(error), emit)
+        _stall(kube, ledger, clock, body, "ChildRejected", str(error), emit)
         return
 
     new = DFlashDeploymentStatus(
@@ -141,7 +141,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         new.resolved = ResolvedRevisions(target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
     new.pair_check = outcome.pair_check
     if gate is not None:
-        _write_status(kube, ledger, body, new, gate, emit)
+        _write_status(kube, ledger, clock, body, new, gate, emit)
         return
 
     deployment = next(c for o, c in zip(desired, current, strict=True) if o["kind"] == "Deployment")
@@ -153,11 +153,11 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     if measure:
         window = (windows or Windows()).of(meta["uid"], autopilot.speculation_fingerprint(dfd))
         span = dfd.spec.speculation.window_seconds
-        window.record(time.monotonic(), _measure(observed, namespace, name, config), span)
+        window.record(clock.monotonic(), _measure(observed, namespace, name, config), span)
         healthy = next((c for c in old_status.get("conditions") or [] if c.get("type") == status.SPECULATION_HEALTHY),
                        None)
-        verdict = autopilot.judge(dfd, window.figures(time.monotonic(), span), previous, healthy,
-                                  datetime.datetime.now(datetime.UTC), config.speculation_min_draft_tokens)
+        verdict = autopilot.judge(dfd, window.figures(clock.monotonic(), span), previous, healthy,
+                                  clock.now(), config.speculation_min_draft_tokens)
         new.speculation = verdict.figures
         conditions.append(verdict.healthy)
     elif previous is not None and previous.fallback is not None and fallback is None:
@@ -165,7 +165,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         new.speculation = SpeculationStatus(fingerprint=autopilot.speculation_fingerprint(dfd))
         conditions.append(status.condition(status.SPECULATION_HEALTHY, "Unknown", autopilot.NO_DRAFT_TOKENS_YET,
                                            "speculation resumed; judged once the window holds enough draft tokens"))
-    _write_status(kube, ledger, body, new, conditions, emit)
+    _write_status(kube, ledger, clock, body, new, conditions, emit)
     if new.speculation is not None:
         metrics.publish_speculation(meta["uid"], namespace, name, new.speculation, autopilot.floor(dfd),
                                     autopilot.pauses_under_load(dfd))
@@ -330,18 +330,19 @@ def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec,
 
 
 
-def _stall(kube: Kube, ledger: Ledger, body: dict[str, Any], reason: str, message: str, emit: EventSink) -> None:
+def _stall(kube: Kube, ledger: Ledger, clock: Clock, body: dict[str, Any], reason: str, message: str,
+           emit: EventSink) -> None:
     new = DFlashDeploymentStatus(observed_generation=body["metadata"].get("generation", 0))
-    _write_status(kube, ledger, body, new, status.stalled_conditions(reason, message), emit)
+    _write_status(kube, ledger, clock, body, new, status.stalled_conditions(reason, message), emit)
 
 
-def _write_status(kube: Kube, ledger: Ledger, body: dict[str, Any], new: DFlashDeploymentStatus,
+def _write_status(kube: Kube, ledger: Ledger, clock: Clock, body: dict[str, Any], new: DFlashDeploymentStatus,
                   conditions: list[Condition], emit: EventSink) -> None:
     meta = body["metadata"]
     old = _last_status(ledger, body)
     old_conditions = old.get("conditions") or []
     new.conditions = status.merge_conditions(old_conditions, conditions, meta.get("generation", 0),
-                                             status.now_rfc3339())
+                                             clock.rfc3339())
     metrics.publish_conditions(meta["uid"], meta["namespace"], meta["name"], new.conditions)
     wire = status.to_wire(new)
     if not status.status_changed(old, wire):

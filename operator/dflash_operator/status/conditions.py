@@ -7,7 +7,6 @@ so an unchanged world gives a byte-identical status and no write.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,10 +51,6 @@ class RolloutFacts:
     updated: int
     ready: int
     observed_current: bool  # the Deployment controller has seen the Deployment's latest generation
-
-
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def rollout_facts(deployment: dict[str, Any] | None, desired: int) -> RolloutFacts:
