@@ -4,15 +4,12 @@ stream is silent, and the hook into the pinned kopf's watch loop."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kopf._cogs.clients import api as kopf_api
-from kopf._cogs.clients import watching as kopf_watching
-from kopf._cogs.structs.references import Resource
 
+from dflash_operator.runtime.kopf_internals import Resource, kopf_api, kopf_watching
 from dflash_operator.runtime.watch_health import (
     WatchActivity,
     WatchWedged,
@@ -123,13 +120,3 @@ def test_kopf_streams_report_each_event_each_answered_watch_request_and_their_cl
     assert requests == ["/apis/serving.dflash.dev/v1alpha1/namespaces/ns/dflashdeployments?watch=true"]
     assert seen_while_open == [1, 1] and activity.streams() == 0 and first.streams() == 0
     assert trimmed == [("dflashdeployments", event) for event in events]
-
-
-def test_the_pinned_kopf_opens_its_streams_through_the_hooked_name() -> None:
-    # observe_kopf_watches replaces module attributes; that reaches kopf only while its watch loop and its stream
-    # look the functions up by those names at each call (kopf 1.45). Otherwise liveness would be blind.
-    assert "continuous_watch(" in inspect.getsource(kopf_watching.infinite_watch)
-    assert "await request(" in inspect.getsource(kopf_api.stream)
-    assert "api.stream(" in inspect.getsource(kopf_watching.watch_objs)
-    assert list(inspect.signature(kopf_watching.continuous_watch).parameters) == [
-        "settings", "resource", "namespace", "operator_pause_waiter"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 # kopf's own pattern reader, so a pattern means here what it means to kopf. Private to kopf: pyproject pins the
 # kopf line (>=1.45.2,<1.46) that this module was written against.
-from kopf._cogs.structs.references import NamespaceName, match_namespace, select_specific_namespaces
+from dflash_operator.runtime.kopf_internals import NamespaceName, match_namespace, select_specific_namespaces
 
 
 @dataclass(frozen=True)

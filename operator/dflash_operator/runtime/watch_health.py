@@ -19,8 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from kopf._cogs.clients import api as kopf_api  # the pinned kopf line's internals (pyproject: <1.46)
-from kopf._cogs.clients import watching as kopf_watching
+from dflash_operator.runtime.kopf_internals import kopf_api, kopf_watching
 
 Clock = Callable[[], float]
 
