@@ -10,7 +10,9 @@ venv_only=false
 
 command -v uv >/dev/null || python3 -m pip install --quiet "uv>=0.5"
 if [ ! -x .venv/bin/python ]; then uv venv --quiet --python python3.11 .venv; fi
-uv pip install --quiet --python .venv/bin/python -e ./dflash-cache -e '.[test]' -e tests/support
+# Exactly the versions in uv.lock (the operator, dflash-cache and the testkit editable); --locked fails when the
+# lock no longer matches pyproject.toml (run `uv lock`).
+uv sync --quiet --locked --extra test
 $venv_only && exit 0
 # The real node's Debian pieces: runc, the CNI plugins (bridge, host-local), iptables, and debootstrap for the image
 # builder's base. Installed only when missing; without root the node tier says why it cannot run.
