@@ -85,6 +85,8 @@ def test_nodes_judged_by_gpus_selector_affinity_and_taints() -> None:
     assert found is not None and "untolerated taint dedicated=infer:NoSchedule" in found.message
     tolerant = {**POD, "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
     assert capacity.node_finding(tolerant, {}, "nvidia.com/gpu", [tainted], False) is None
+    cordoned = _node(unschedulable=True, taints=[{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])
+    assert capacity.node_finding(POD, {}, "nvidia.com/gpu", [cordoned], False) is None, "a cordon is not for good"
     prefer_no = _node(taints=[{"key": "x", "effect": "PreferNoSchedule"}])
     assert capacity.node_finding(POD, {}, "nvidia.com/gpu", [prefer_no], False) is None
     affinity = {**POD, "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {

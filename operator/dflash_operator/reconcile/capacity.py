@@ -22,6 +22,9 @@ QUOTA_EXCEEDED = "QuotaExceeded"
 STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
 NO_NODE_FITS = "NoNodeFits"
 CLASS_QUOTA = ".storageclass.storage.k8s.io/"
+# Taints the node controllers put on and take off with a node's state (cordoned, not ready, unreachable, a cloud node
+# not yet initialised): temporary, so they never make a node unfit for good.
+TRANSIENT_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/uninitialized")
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,8 @@ def node_lacks(pod_spec: Mapping[str, Any], needs: Mapping[str, Decimal], gpu_re
         lacks.append("required node affinity")
     tolerations = pod_spec.get("tolerations") or []
     for taint in node.get("taints") or []:
+        if str(taint.get("key", "")).startswith(TRANSIENT_TAINTS):
+            continue
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, tolerations):
             value = f"={taint['value']}" if taint.get("value") else ""
             lacks.append(f"untolerated taint {taint.get('key')}{value}:{taint.get('effect')}")
