@@ -111,3 +111,15 @@ def test_the_cache_pod_that_cannot_pull_the_serving_image_shows_while_downloadin
     assert conditions["Ready"]["reason"] == "ImagePullBackOff" and conditions["Stalled"]["status"] == "True"
     assert "nope/vllm:v0.0.1" in conditions["Ready"]["message"] and "check-pair" in conditions["Ready"]["message"]
     assert conditions["CacheReady"]["status"] == "False"
+
+
+def test_a_cache_pod_waiting_for_its_claims_volume_is_not_trouble() -> None:
+    waiting = _pod("cache-pod", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                             "message": "0/4 nodes are available: pod has unbound immediate "
+                                                        "PersistentVolumeClaims. preemption: 0/4 nodes are available"}])
+    pending = {"metadata": {"name": "cache-x"}, "status": {"phase": "Pending"}}
+    assert trouble.cache_trouble([waiting], pending) is None
+    no_gpu = _pod("cache-pod", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                            "message": "0/4 nodes are available: 4 node(s) had untolerated taint"}])
+    assert trouble.cache_trouble([no_gpu], pending).reason == "Unschedulable"  # type: ignore[union-attr]
+

@@ -109,8 +109,13 @@ def cache_trouble(pods: Sequence[Mapping[str, Any]], claim: Mapping[str, Any] | 
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     found = _worst(pod_trouble(p, f"the cache Job's pod {p['metadata'].get('name')}") for p in live)
     phase = ((claim or {}).get("status") or {}).get("phase")
-    if found is not None and found.reason == UNSCHEDULABLE and phase == "Pending":
-        name = (claim or {}).get("metadata", {}).get("name")
-        return Trouble(found.reason, f"{found.message} (the cache claim {name} is Pending: no volume is bound to "
-                                     "it yet)", found.stalled)
+    if found is not None and found.reason == UNSCHEDULABLE and phase == "Pending" and _WAITS_FOR_CLAIM.search(
+            found.message):
+        # The scheduler waits for the claim's volume: what every new cache does while its provisioner works (the
+        # StorageClass was checked before the download). Not trouble; a claim that never binds says why only in
+        # its own events.
+        return None
     return found
+
+
+_WAITS_FOR_CLAIM = re.compile(r"unbound (immediate )?PersistentVolumeClaim", re.I)
