@@ -15,6 +15,7 @@
 #                                                   build, with the GPU and its driver visible and hidden
 #   bash scripts/gpu/device.sh bench VERSION        bench.py start + measure (the bounds' engines) on that release
 #   bash scripts/gpu/device.sh diag VERSION         diag_random.py: where the random pair departs from no speculation
+#   bash scripts/gpu/device.sh py VERSION SCRIPT    any script here (diag_partial.py: where the partial pair departs)
 #   bash scripts/gpu/device.sh info                 what the machine has (driver, GPU, torch, glibc, zstd/xz)
 #
 # Files outside the tree ($LANE, default /root/gpu-lane) survive between calls while the machine is warm.
@@ -175,5 +176,11 @@ case $cmd in
     for_release "$1" bench.py measure
     ;;
   diag) unpack "$1"; for_release "$1" diag_random.py ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  py)  # VERSION SCRIPT [ARGS...]: any script of scripts/gpu with that release's interpreter; results in $OUT/VERSION.tgz
+    unpack "$1"
+    for_release "$@" || true
+    echo 0 > "$LANE/$1/done"
+    collect "$1"
+    ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
 esac
