@@ -135,3 +135,24 @@ def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(mon
     reconcile(kube, world(), ledger, b, CONFIG, lambda *e: None)
     args, probe, _ = deployment_args(kube)
     assert "--speculative-config" not in args and "--no-speculation" in probe
+
+
+def test_measured_passes_publish_the_recommendation_once_and_never_touch_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # K=8 (the golden input's), every drafted token accepted at every position: the longest measured draft pays.
+    by_position = tuple(float(n) for n in [100] * 8)
+    readings = iter([SpecCounters(0, 0, 0, (0.0,) * 8), SpecCounters(100, 800, 800, by_position),
+                     SpecCounters(200, 1600, 1600, tuple(2 * x for x in by_position)),
+                     SpecCounters(300, 2400, 2400, tuple(3 * x for x in by_position))])
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    seconds = iter(range(0, 1000, 10))
+    kube, ledger, windows = KeepingKube(), Ledger(), Windows()
+    spec_before = copy.deepcopy(body(policy="Alert")["spec"])
+    for _ in range(4):
+        reconcile(kube, world(), ledger, body(policy="Alert"), CONFIG, lambda *e: None, measure=True,
+                  windows=windows, clock=Clock(monotonic=lambda: float(next(seconds))))
+    published = [s["speculation"]["recommendation"] for s in kube.statuses
+                 if ((s.get("speculation") or {}).get("recommendation") or {}).get("summary")]
+    assert len(published) == 1, "written once: later passes find the same rounded recommendation"
+    assert published[0]["summary"] == "1-1024:8" and published[0]["measuredTokens"] == 8
+    assert body(policy="Alert")["spec"] == spec_before

@@ -83,6 +83,9 @@ def _printer_columns() -> list[dict[str, Any]]:
          "description": "vLLM version of the serving image, found by the cache Job's pair check."},
         {"name": "Reason", "type": "string", "priority": 1,
          "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+        {"name": "Recommended", "type": "string", "priority": 1,
+         "jsonPath": ".status.speculation.recommendation.summary",
+         "description": "Draft length per running batch size the window and the cost model recommend: from-to:k."},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

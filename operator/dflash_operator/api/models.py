@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, field_validator
+
+from dflash_operator.api.base import ApiModel, cel
+from dflash_operator.api.tuning import CostModelSpec, SpeculationRecommendation
 
 GROUP = "serving.dflash.dev"
 VERSION = "v1alpha1"
@@ -56,8 +58,6 @@ def git_ref_problem(revision: str) -> bool:
             or ".lock/" in revision)
 
 
-def cel(rule: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"rule": rule, "message": message, **extra}
 
 
 def immutable(what: str) -> dict[str, Any]:
@@ -66,10 +66,6 @@ def immutable(what: str) -> dict[str, Any]:
 
 # http(s)://host[:port][/path], no query, fragment, credentials or spaces: the hub client appends its own paths.
 HUB_ENDPOINT_PATTERN = r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~\-/]*)?$"
-
-
-class ApiModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 class ModelRef(ApiModel):
@@ -202,6 +198,16 @@ class SpeculationSpec(ApiModel):
             cel("self.all(a, self.filter(b, !(a.toBatchSize < b.fromBatchSize || b.toBatchSize < a.fromBatchSize))"
                 ".size() == 1)", "the ranges of tokensByBatchSize must not overlap"),
         ]},
+    )] = None
+    tuning: Annotated[Literal["Off", "Recommend"], Field(
+        description="Recommend: from the window's acceptance by draft position and a cost model of verifying k "
+                    "draft tokens at each running batch size, the operator publishes the draft length each batch "
+                    "size should use (status.speculation.recommendation; 0 where no length pays). It never writes "
+                    "the spec. Off: no recommendation.",
+    )] = "Recommend"
+    cost_model: Annotated[CostModelSpec | None, Field(
+        description="The cost model the recommendation uses, measured on this deployment's hardware and vLLM. "
+                    "Unset: the operator's default (the chart's speculation.costModel, else the one shipped).",
     )] = None
 
 
@@ -366,6 +372,8 @@ class SpeculationStatus(ApiModel):
         description="What the figures judge: a fingerprint of the target, draft, image, numSpeculativeTokens, "
                     "spec.speculation, the floor and the serving.dflash.dev/resume-speculation annotation. When it "
                     "changes, figures and verdict start afresh and a Fallback ends.")] = None
+    recommendation: Annotated[SpeculationRecommendation | None, Field(
+        description="The draft length each running batch size should use (spec.speculation.tuning).")] = None
 
 
 class ModelProgress(ApiModel):

@@ -40,6 +40,7 @@ from dflash_operator.runtime.clock import SYSTEM_CLOCK, Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import autopilot
 from dflash_operator.speculation import counters as speculation
+from dflash_operator.speculation.recommendation import recommendation
 from dflash_operator.speculation.vllm_features import missing_features
 from dflash_operator.speculation.window import Windows
 from dflash_operator.status import conditions as status
@@ -156,9 +157,13 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         window.record(clock.monotonic(), _measure(observed, namespace, name, config), span)
         healthy = next((c for c in old_status.get("conditions") or [] if c.get("type") == status.SPECULATION_HEALTHY),
                        None)
-        verdict = autopilot.judge(dfd, window.figures(clock.monotonic(), span), previous, healthy,
-                                  clock.now(), config.speculation_min_draft_tokens)
+        seen = window.figures(clock.monotonic(), span)
+        verdict = autopilot.judge(dfd, seen, previous, healthy, clock.now(), config.speculation_min_draft_tokens)
         new.speculation = verdict.figures
+        if new.speculation is not None and fallback is None and seen is not None:
+            new.speculation = new.speculation.model_copy(update={"recommendation": recommendation(
+                dfd, new.speculation.acceptance_by_position, seen.increase.drafts, config.cost_model,
+                config.speculation_min_draft_tokens)})
         conditions.append(verdict.healthy)
     elif previous is not None and previous.fallback is not None and fallback is None:
         # Speculation is back (a spec change, or the resume annotation): the pods roll with the draft again.

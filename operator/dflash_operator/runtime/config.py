@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from dflash_operator.api.models import HUB_ENDPOINT_PATTERN
 from dflash_operator.render.cache import CacheConfig
 from dflash_operator.render.serving import RenderConfig
+from dflash_operator.speculation.recommendation import parse_cost_model, shipped_cost_model
+from dflash_operator.speculation.tuner import CostModel
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -47,6 +49,9 @@ class OperatorConfig:
     # A cluster autoscaler may add the node that fits: NoNodeFits then warns and waits instead of stalling
     # (chart: nodeCheck.autoscaling; one DFlashDeployment: the annotation serving.dflash.dev/node-autoscaling).
     node_autoscaling: bool = False
+    # The draft-length recommendation's default cost model (chart: operator.costModel; else the one shipped for the
+    # only hardware measured so far, speculation/cost_models/). A DFlashDeployment may bring its own.
+    cost_model: CostModel | None = field(default_factory=shipped_cost_model)
 
 
 class ConfigError(ValueError):
@@ -96,6 +101,12 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
     if silence == 0:
         raise ConfigError("DFLASH_WATCH_SILENCE_SECONDS must be positive")
     defaults = OperatorConfig()
+    cost_model = defaults.cost_model
+    if environ.get("DFLASH_COST_MODEL"):
+        try:
+            cost_model = parse_cost_model(environ["DFLASH_COST_MODEL"])
+        except ValueError as error:
+            raise ConfigError(f"DFLASH_COST_MODEL: {error}") from None
     return OperatorConfig(
         cache=CacheConfig(image=environ.get("DFLASH_OPERATOR_IMAGE") or CacheConfig().image, hub_endpoint=hub),
         resync_seconds=resync,
@@ -111,4 +122,5 @@ def from_environment(environ: Mapping[str, str], *, namespaces: tuple[str, ...] 
         watch_silence_seconds=silence,
         node_check=_flag(environ, "DFLASH_NODE_CHECK", defaults.node_check),
         node_autoscaling=_flag(environ, "DFLASH_NODE_AUTOSCALING", defaults.node_autoscaling),
+        cost_model=cost_model,
     )

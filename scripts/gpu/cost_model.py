@@ -1,0 +1,43 @@
+"""Derives a draft-length cost model (speculation.tuner.CostModel) from a GPU lane bench JSON.
+
+The relative step time c(b, k) = t(b, k) / t(b, 0) is read from the random-draft rows: a random draft accepts
+nothing (acceptance 0.00 on the lane), so every step yields exactly one token with and without speculation, and the
+throughput ratio no-spec / K-random is the step-time ratio itself: the cost of verifying K draft tokens plus the
+draft's own pass, with no acceptance mixed in.
+
+    python3 scripts/gpu/cost_model.py bench/results/gpu-lane-2026-12-02.json \
+        > operator/dflash_operator/speculation/cost_models/h200-vllm0.23-qwen3next-3.9b-random.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def cost_model(bench: dict) -> dict:
+    bounds = bench["bounds"]
+    summary = bounds["summary"]
+    shape = bounds["models"]["shape"]
+    batches = sorted(int(b) for b in summary["no-spec"])
+    ks = sorted(int(name[1:].split("-")[0]) for name in summary if name.endswith("-random"))
+    rows = []
+    for b in batches:
+        base = summary["no-spec"][str(b)]["tok_s_median"]
+        rows.append([1.0] + [round(base / summary[f"k{k}-random"][str(b)]["tok_s_median"], 3) for k in ks])
+    return {
+        "gpu": bounds["device"].split(",")[0],
+        "vllmVersion": bounds["vllm"],
+        "model": (f"Qwen3Next {bounds['models']['target']['params'] / 1e9:.1f}B random weights "
+                  f"({shape['num_hidden_layers']} layers, {shape['num_experts']} experts), 3-layer DFlash draft, "
+                  f"CUDA graphs, medians of {summary['no-spec'][str(batches[0])]['runs']} runs"),
+        "source": "bench/results/gpu-lane-2026-12-02.json (random-draft rows: c = no-spec tok/s / K-random tok/s)",
+        "batchSizes": batches,
+        "draftLengths": [0, *ks],
+        "relativeStepTime": rows,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(cost_model(json.loads(Path(sys.argv[1]).read_text())), indent=1))
