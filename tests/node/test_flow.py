@@ -192,7 +192,8 @@ def test_a_serving_image_that_does_not_exist_shows_in_status_while_the_cache_wai
     image = "localhost/dflash/no-such-vllm:v0.32.0"
     apply(stack, namespace, dfd("noimage", image))
     obj = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "noimage")) and
-                   conditions(o)["Ready"]["reason"] == "ImagePullBackOff" and o, "Ready reason ImagePullBackOff", 300)
+                   conditions(o).get("Ready", {}).get("reason") == "ImagePullBackOff" and o,
+                   "Ready reason ImagePullBackOff", 300)
     found = conditions(obj)
     assert image in found["Ready"]["message"] and "check-pair" in found["Ready"]["message"], found["Ready"]
     assert found["CacheReady"]["status"] == "False"
@@ -205,13 +206,14 @@ def test_a_flag_vllm_refuses_is_a_crash_loop_with_vllms_own_error_line(stack: St
     manifest["spec"]["extraArgs"] = [*manifest["spec"]["extraArgs"], "--no-such-flag"]
     apply(stack, namespace, manifest)
     obj = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "badflag")) and
-                   conditions(o)["Ready"]["reason"] == "CrashLoopBackOff" and o, "Ready reason CrashLoopBackOff",
-                   SERVING_TIMEOUT)
+                   conditions(o).get("Ready", {}).get("reason") == "CrashLoopBackOff" and o,
+                   "Ready reason CrashLoopBackOff", SERVING_TIMEOUT)
     message = conditions(obj)["Ready"]["message"]
     assert "--no-such-flag" in message and "keeps crashing" in message, message
     wait_for(lambda: any(e.reason == "CrashLoopBackOff" and e.type == "Warning"
                          for e in events(core, namespace, "badflag")), "the CrashLoopBackOff warning event", 30)
     # After three restarts the cluster will not fix it by itself: Stalled, with the same reason.
     obj = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "badflag")) and
-                   conditions(o)["Stalled"]["status"] == "True" and o, "Stalled=True after three restarts", 600)
+                   conditions(o).get("Stalled", {}).get("status") == "True" and o,
+                   "Stalled=True after three restarts", 600)
     assert conditions(obj)["Stalled"]["reason"] == "CrashLoopBackOff"
