@@ -155,4 +155,5 @@ def test_measured_passes_publish_the_recommendation_once_and_never_touch_the_spe
                  if ((s.get("speculation") or {}).get("recommendation") or {}).get("summary")]
     assert len(published) == 1, "written once: later passes find the same rounded recommendation"
     assert published[0]["summary"] == "1-1024:8" and published[0]["measuredTokens"] == 8
+    assert metrics.RECOMMENDED_TOKENS.labels(NS, NAME, "1", "1024")._value.get() == 8  # noqa: SLF001
     assert body(policy="Alert")["spec"] == spec_before

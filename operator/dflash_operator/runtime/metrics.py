@@ -42,6 +42,14 @@ FALLBACK = Gauge(
 PAUSES_UNDER_LOAD = Gauge(
     "dflash_speculation_pauses_under_load",
     "1 when spec.speculation.tokensByBatchSize turns speculation off (0 tokens) for some batch sizes.", _OWNER)
+RECOMMENDED_TOKENS = Gauge(
+    "dflash_speculation_recommended_tokens",
+    "The draft length the window and the cost model recommend for a range of running batch sizes "
+    "(status.speculation.recommendation); 0: none pays.", _OWNER + ["from_batch_size", "to_batch_size"])
+RECOMMENDED_SPEEDUP = Gauge(
+    "dflash_speculation_recommended_speedup",
+    "Expected speedup over no speculation of the recommended draft length, the range's lowest.",
+    _OWNER + ["from_batch_size", "to_batch_size"])
 
 _lock = threading.Lock()
 Series = tuple[Gauge, tuple[str, ...]]
@@ -89,8 +97,12 @@ def publish_speculation(uid: str, namespace: str, name: str, figures: Speculatio
         values[(MEAN_ACCEPTED_LENGTH, labels)] = figures.mean_accepted_length
     for position, rate in enumerate(figures.acceptance_by_position or []):
         values[(ACCEPTANCE_BY_POSITION, (namespace, name, str(position)))] = rate
+    for step in (figures.recommendation.schedule if figures.recommendation else None) or []:
+        span = (namespace, name, str(step.from_batch_size), str(step.to_batch_size))
+        values[(RECOMMENDED_TOKENS, span)] = step.num_speculative_tokens
+        values[(RECOMMENDED_SPEEDUP, span)] = step.expected_speedup
     _publish(uid, (ACCEPTANCE_FLOOR, FALLBACK, PAUSES_UNDER_LOAD, ACCEPTANCE_RATE, MEAN_ACCEPTED_LENGTH,
-                   ACCEPTANCE_BY_POSITION), values)
+                   ACCEPTANCE_BY_POSITION, RECOMMENDED_TOKENS, RECOMMENDED_SPEEDUP), values)
 
 
 def forget(uid: str) -> None:
