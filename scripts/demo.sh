@@ -1,7 +1,29 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs the main job on its embedded default: a real control plane on 127.0.0.1 with fake
-# GPU nodes, the operator, and examples/qwen3-coder-next.yaml applied; shows what kubectl shows, then stops.
+# The main job: sets everything up, then runs the whole product on this machine (scripts/demo.py), from kubectl apply
+# to a speculative completion. Root, no GPU.   bash scripts/demo.sh [--keep]   (--keep: leave the work folder)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
-exec .venv/bin/python scripts/demo.py "$@"
+started=$(date +%s)
+cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
+mkdir -p "$cache/logs"
+
+# Disk: a full first run keeps about 20 GB in the cache (binaries, images, the vLLM CPU stand-in) and about 4 GB of
+# Go modules and build cache (measured on this machine); ask for 30 GB free less what the cache already holds.
+have_kb=$(df -Pk "$cache" | awk 'NR == 2 {print $4}')
+held_kb=$(du -sk "$cache" 2>/dev/null | cut -f1)
+need_kb=$(( 30 * 1024 * 1024 - held_kb ))
+if [ "$need_kb" -gt 0 ] && [ "$have_kb" -lt "$need_kb" ]; then
+  echo "demo: $(( have_kb / 1024 / 1024 )) GB free under $cache, the first run needs about $(( need_kb / 1024 / 1024 )) GB more" >&2
+  exit 1
+fi
+
+log=$cache/logs/setup-$(date +%Y%m%d-%H%M%S).log
+echo "[$(date +%H:%M:%S)] setting up (the first run builds the Kubernetes binaries and images: about 25 minutes on 2 cores; full log: $log)"
+# One line per binary or image built; the rest (go: downloading ..., pip) goes to the log only.
+if ! bash scripts/setup.sh 2>&1 | tee "$log" | grep --line-buffered -E '^(building|built) '; then
+  echo "demo: setup failed; the last lines of $log:" >&2
+  tail -20 "$log" >&2
+  exit 1
+fi
+echo "[$(date +%H:%M:%S)] set up in $(( $(date +%s) - started )) s"
+DFLASH_DEMO_STARTED=$started exec .venv/bin/python scripts/demo.py "$@"
