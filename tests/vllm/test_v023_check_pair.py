@@ -24,7 +24,7 @@ def judged(tiny: dict[str, Path], cases: dict[str, Path], plugin_dir: Path):
     """Every case with the installed plugin (as in the image), and one good pair without it: the package from
     source on the path, not installed, so there is no entry point and vLLM loads no plugin, as in a bare image."""
     bare = [sys.executable, "-m", "dflash_vllm.check", str(tiny["target-collapsed"]), str(cases["speculators/good"])]
-    env = vllm_proc.vllm_env(None) | {"PYTHONPATH": str(vllm_proc.PLUGIN_SRC)}
+    env = vllm_proc.vllm_env(None) | {"PYTHONPATH": f"{vllm_proc.PLUGIN_SRC}:{vllm_proc.CACHE_SRC}"}
     return pair_cases.judge_all_and_cli(tiny["target-collapsed"], cases, plugin_dir, bare, env)
 
 

@@ -82,7 +82,7 @@ def test_the_console_script_prints_one_json_verdict(judged, termination_log: Pat
     assert verdict["vllm_version"] == "0.32.0" and verdict["draft_layout"] == "speculators"
     # What the operator reads back from the cache Job's pod: the same verdict, in its contract type (a stdlib-only
     # module, imported from the source tree: this venv is the image's, without the operator).
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dflash-cache"))
     from dflash_cache.result import PairVerdict
 
     written = termination_log.read_text()
