@@ -261,14 +261,14 @@ def test_concurrent_edits_of_the_cr_and_its_deployment_end_as_intended_without_a
                     "resourceVersion"])
 
     def settled() -> bool:  # the rollout's own status changes (Deployment controller, kwok, the operator) are over
-        # ... and no earlier test's DFlashDeployment is still being torn down with its namespace: it gets passes
-        # (its children and pods go) whose writes the plane-wide counts below would take for this test's.
-        others = [d for d in custom.list_cluster_custom_object(*API, "dflashdeployments")["items"]
-                  if d["metadata"]["namespace"] != namespace]
+        # ... and no earlier test's namespace is still being torn down: its DFlashDeployments get passes (their
+        # children and pods go) whose writes the plane-wide counts below would take for this test's.
+        terminating = [n.metadata.name for n in kubernetes.client.CoreV1Api(api_client).list_namespace().items
+                       if n.status.phase == "Terminating"]
         first = versions()
         time.sleep(4)
-        return not others and versions() == first
-    wait_for(settled, "the Deployment and the DFlashDeployment unchanged for 4 s", 120)
+        return not terminating and versions() == first
+    wait_for(settled, "the Deployment and the DFlashDeployment unchanged for 4 s, no namespace terminating", 300)
     quiet_before = request_counts(control_plane)
     time.sleep(10)  # five resyncs (2 s): an unchanged world costs nothing
     quiet = delta(request_counts(control_plane), quiet_before)
