@@ -214,6 +214,16 @@ def test_a_pod_spec_the_api_server_refuses_stalls_before_any_download(
     assert deployment(api_client, namespace, "tolerant") is not None, "the serving Deployment stays"
 
 
+def no_teardown_under_way(api_client) -> bool:
+    """No earlier test's namespace is being torn down right now: the plane-wide request counts would take the writes
+    of its teardown (its DFlashDeployments' passes as their children go) for this test's. A namespace still
+    Terminating a minute on waits on something else (a pod kwok never finalised) and is quiet."""
+    now = datetime.datetime.now(datetime.UTC)
+    return not [n.metadata.name for n in kubernetes.client.CoreV1Api(api_client).list_namespace().items
+                if n.metadata.deletion_timestamp is not None
+                and (now - n.metadata.deletion_timestamp).total_seconds() < 60]
+
+
 def test_concurrent_edits_of_the_cr_and_its_deployment_end_as_intended_without_a_hot_loop(
         control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
     # Three writers at once: a client scaling through the scale subresource (as an HPA does), a second client
@@ -221,6 +231,7 @@ def test_concurrent_edits_of_the_cr_and_its_deployment_end_as_intended_without_a
     apply_with_cache(control_plane, api_client, namespace, dfd("busy", replicas=1))
     wait_for(lambda: deployment(api_client, namespace, "busy"), "the Deployment")
     apps, custom = kubernetes.client.AppsV1Api(api_client), kubernetes.client.CustomObjectsApi(api_client)
+    wait_for(lambda: no_teardown_under_way(api_client), "no earlier test's namespace being torn down", 180)
     before = request_counts(control_plane)
     edits = 10
 
@@ -262,16 +273,9 @@ def test_concurrent_edits_of_the_cr_and_its_deployment_end_as_intended_without_a
                     "resourceVersion"])
 
     def settled() -> bool:  # the rollout's own status changes (Deployment controller, kwok, the operator) are over
-        # ... and no earlier test's namespace is being torn down right now: its DFlashDeployments get passes (their
-        # children and pods go) whose writes the plane-wide counts below would take for this test's. A namespace
-        # still Terminating a minute on waits on something else (a pod kwok never finalised) and is quiet.
-        now = datetime.datetime.now(datetime.UTC)
-        tearing = [n.metadata.name for n in kubernetes.client.CoreV1Api(api_client).list_namespace().items
-                   if n.metadata.deletion_timestamp is not None
-                   and (now - n.metadata.deletion_timestamp).total_seconds() < 60]
         first = versions()
         time.sleep(4)
-        return not tearing and versions() == first
+        return no_teardown_under_way(api_client) and versions() == first
     wait_for(settled, "the Deployment and the DFlashDeployment unchanged for 4 s, no namespace being torn down", 180)
     quiet_before = request_counts(control_plane)
     time.sleep(10)  # five resyncs (2 s): an unchanged world costs nothing

@@ -8,7 +8,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from dflash_operator.reconcile.ledger import Ledger
-from dflash_operator.reconcile.passes import RetryLater
+from dflash_operator.reconcile.passes import NamespaceTerminating, RetryLater
 from dflash_operator.reconcile.passes import reconcile as reconcile_with
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_testkit.indexes import observed
@@ -149,14 +149,18 @@ def test_the_dry_run_happens_once_per_generation_and_not_once_the_download_is_un
     assert kube.dry_runs == ["Deployment", "Deployment"]
 
 
-def test_a_terminating_namespace_is_waited_out_not_reported() -> None:
+def test_a_terminating_namespace_ends_the_passes_without_a_verdict() -> None:
     kube = RefusingKube(403, 'services "x" is forbidden: unable to create new content in namespace llm because it is '
                              'being terminated')
     kube.error.body = json.dumps({"message": "being terminated", "reason": "Forbidden", "details": {
         "causes": [{"reason": "NamespaceTerminating", "message": "namespace llm is being terminated"}]}})
-    with pytest.raises(RetryLater):
+    with pytest.raises(NamespaceTerminating):
         reconcile(kube, BODY, OperatorConfig(), lambda *a: None)
     assert kube.statuses == []
+    # Any other 403 is an answer about this spec: it stalls.
+    quota = RefusingKube(403, 'exceeded quota: gpus')
+    reconcile(quota, BODY, OperatorConfig(), lambda *a: None)
+    assert any(c["reason"] == "ChildRejected" for c in quota.statuses[-1]["conditions"])
 
 
 def test_a_deployment_deleted_during_the_pass_is_not_an_error() -> None:

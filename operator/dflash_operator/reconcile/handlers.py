@@ -50,7 +50,7 @@ from dflash_operator.reconcile.observed import (
     slim_storage_class,
     trim_watch_event,
 )
-from dflash_operator.reconcile.passes import RetryLater, reconcile
+from dflash_operator.reconcile.passes import NamespaceTerminating, RetryLater, reconcile
 from dflash_operator.reconcile.workqueue import WorkQueue
 from dflash_operator.render.cache import cache_job_name
 from dflash_operator.runtime import metrics
@@ -137,7 +137,7 @@ def _pass_for_key(memo: kopf.Memo, key: tuple[str, str]) -> None:
 
 def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: bool = False) -> None:
     meta = body["metadata"]
-    if meta.get("deletionTimestamp"):
+    if meta.get("deletionTimestamp") or memo.ledger.namespace_going(meta.get("uid")):
         return  # going away; the garbage collector takes the children with it
 
     def emit(kind: str, reason: str, message: str) -> None:
@@ -148,6 +148,11 @@ def _run(memo: kopf.Memo, body: Mapping[str, Any], observed: Observed, measure: 
         try:
             reconcile(memo.kube, observed, memo.ledger, dict(body), memo.config, emit, measure=measure,
                       windows=memo.windows)
+        except NamespaceTerminating as error:
+            metrics.RECONCILES.labels("ok").inc()
+            log.info("no more passes over %s/%s: %s", meta["namespace"], meta["name"], error)
+            memo.ledger.record_namespace_going(meta.get("uid"))
+            return
         except RetryLater as error:
             metrics.RECONCILES.labels("retry").inc()
             log.info("retrying %s/%s in %.0f s: %s", meta["namespace"], meta["name"], error.delay, error)

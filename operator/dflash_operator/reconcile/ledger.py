@@ -44,6 +44,9 @@ class Ledger:
         self._status: dict[str, dict[str, Any]] = {}
         # DFlashDeployment uid -> the generation whose serving Deployment passed the API server's dry run.
         self._preflighted: dict[str, int] = {}
+        # DFlashDeployment uids whose namespace refused a create as NamespaceTerminating. A namespace being deleted
+        # never comes back, and a DFlashDeployment never changes namespace: its passes are over until it is gone.
+        self._namespace_going: set[str] = set()
 
     def applied_unseen(self, obj: dict[str, Any]) -> bool:
         """True when exactly this object was applied and the watch has not shown it (nor its deletion) yet."""
@@ -90,7 +93,16 @@ class Ledger:
         with self._lock:
             self._preflighted[uid] = generation
 
+    def namespace_going(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._namespace_going
+
+    def record_namespace_going(self, uid: str) -> None:
+        with self._lock:
+            self._namespace_going.add(uid)
+
     def forget_owner(self, uid: str) -> None:
         with self._lock:
             self._status.pop(uid, None)
             self._preflighted.pop(uid, None)
+            self._namespace_going.discard(uid)

@@ -64,6 +64,11 @@ class RetryLater(Exception):
         self.delay = delay
 
 
+class NamespaceTerminating(Exception):
+    """The DFlashDeployment's namespace is being deleted (a create was refused with NamespaceTerminating): the
+    DFlashDeployment goes with it, so no pass over it can do anything but be refused again."""
+
+
 class _Rejected(Exception):
     """The API server refused a child for good (400/422); the pass stalls with its message."""
 
@@ -249,10 +254,9 @@ def _cache_trouble(observed: Observed, dfd: DFlashDeployment, job_name: str,
 
 def _raise_api_error(error: ApiException, obj: dict[str, Any]) -> NoReturn:
     """A failed write as the pass treats it: transient (retry with backoff), a rejection (stall), or a bug."""
-    # A namespace being deleted refuses new objects with 403; the DFlashDeployment goes with it: no verdict, and no
-    # hurry either.
+    # A namespace being deleted refuses new objects with 403; the DFlashDeployment goes with it: no verdict, no retry.
     if namespace_terminating(error):
-        raise RetryLater(f"namespace {obj['metadata']['namespace']} is being deleted", delay=30.0) from error
+        raise NamespaceTerminating(f"namespace {obj['metadata']['namespace']} is being deleted") from error
     if error.status in (409, 429) or (error.status or 0) >= 500:
         raise RetryLater(f"applying {obj['kind']} {obj['metadata']['name']}: HTTP {error.status}",
                          delay=2.0) from error
