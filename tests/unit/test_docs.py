@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "dflash_operator"
 # Modules that decide conditions' and events' reasons.
 DECIDERS = ["status/conditions.py", "status/trouble.py", "reconcile/capacity.py", "reconcile/validation.py",
-            "reconcile/passes.py", "speculation/autopilot.py", "speculation/vllm_features.py"]
+            "reconcile/passes.py", "speculation/autopilot.py", "speculation/auto.py", "speculation/vllm_features.py"]
 # CamelCase strings in those modules that are not our reasons: condition types, kinds, the kubelet's own reasons.
 NOT_REASONS = {"CacheReady", "ModelsCompatible", "SpeculationHealthy", "ReplicaFailure", "PodScheduled",
                "PersistentVolumeClaim", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "DFlashDeployment",

@@ -30,27 +30,27 @@ def test_the_shipped_cost_model_is_the_lanes_measurement() -> None:
 
 
 def test_a_draft_that_is_always_right_is_recommended_at_its_longest_and_a_useless_one_nowhere() -> None:
-    found = recommendation(_dfd(), ALL_ACCEPT, 1000, shipped_cost_model(), 200)
+    found = recommendation(_dfd(), ALL_ACCEPT, 1000, shipped_cost_model(), 200).status
     assert found is not None and found.summary == "1-1024:8" and found.measured_tokens == 8
     assert found.schedule is not None and found.schedule[0].expected_speedup > 3
     assert "NVIDIA H200, vLLM 0.23.0" in (found.cost_model or "")
-    useless = recommendation(_dfd(), USELESS, 1000, shipped_cost_model(), 200)
+    useless = recommendation(_dfd(), USELESS, 1000, shipped_cost_model(), 200).status
     assert useless is not None and useless.summary == "1-1024:0"
 
 
 def test_no_recommendation_off_too_few_drafts_or_a_bad_cost_model() -> None:
-    assert recommendation(_dfd(tuning="Off"), ALL_ACCEPT, 1000, shipped_cost_model(), 200) is None
-    few = recommendation(_dfd(), ALL_ACCEPT, 10, shipped_cost_model(), 200)
+    assert recommendation(_dfd(tuning="Off"), ALL_ACCEPT, 1000, shipped_cost_model(), 200).status is None
+    few = recommendation(_dfd(), ALL_ACCEPT, 10, shipped_cost_model(), 200).status
     assert few is not None and few.reason == "TooFewDrafts" and few.schedule is None
     bad = _dfd(costModel={"gpu": "x", "vllmVersion": "0.24.0", "model": "m", "batchSizes": [1],
                           "draftLengths": [0, 4], "relativeStepTime": [[1.0, -2.0]]})
-    found = recommendation(bad, ALL_ACCEPT, 1000, shipped_cost_model(), 200)
+    found = recommendation(bad, ALL_ACCEPT, 1000, shipped_cost_model(), 200).status
     assert found is not None and found.reason == "InvalidCostModel" and "must be" in (found.message or "")
 
 
 def test_a_users_schedule_wins_and_status_says_so() -> None:
     dfd = _dfd(tokensByBatchSize=[{"fromBatchSize": 1, "toBatchSize": 1024, "numSpeculativeTokens": 4}])
-    found = recommendation(dfd, ALL_ACCEPT, 1000, shipped_cost_model(), 200)
+    found = recommendation(dfd, ALL_ACCEPT, 1000, shipped_cost_model(), 200).status
     assert found is not None and "the pods run it" in (found.message or "")
 
 

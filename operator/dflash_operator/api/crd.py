@@ -86,6 +86,8 @@ def _printer_columns() -> list[dict[str, Any]]:
         {"name": "Recommended", "type": "string", "priority": 1,
          "jsonPath": ".status.speculation.recommendation.summary",
          "description": "Draft length per running batch size the window and the cost model recommend: from-to:k."},
+        {"name": "Tuned", "type": "string", "priority": 1, "jsonPath": ".status.speculation.tuned.summary",
+         "description": "Draft length per running batch size the pods run because tuning Auto applied it."},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

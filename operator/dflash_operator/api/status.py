@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from dflash_operator.api.base import ApiModel
-from dflash_operator.api.tuning import SpeculationRecommendation
+from dflash_operator.api.tuning import SpeculationRecommendation, TunedSchedule
 
 
 class Condition(ApiModel):
@@ -63,6 +63,8 @@ class SpeculationStatus(ApiModel):
                     "changes, figures and verdict start afresh and a Fallback ends.")] = None
     recommendation: Annotated[SpeculationRecommendation | None, Field(
         description="The draft length each running batch size should use (spec.speculation.tuning).")] = None
+    tuned: Annotated[TunedSchedule | None, Field(
+        description="Set while spec.speculation.tuning Auto has the pods run a recommended schedule.")] = None
 
 
 class ModelProgress(ApiModel):

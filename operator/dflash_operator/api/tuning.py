@@ -49,3 +49,19 @@ class SpeculationRecommendation(ApiModel):
     reason: Annotated[str | None, Field(description="Why there is no recommendation (TooFewDrafts, ...).")] = None
     message: Annotated[str | None, Field(description="The reason, or a note on the recommendation, for people.")
                        ] = None
+
+
+class TunedSchedule(ApiModel):
+    """The schedule spec.speculation.tuning Auto applied: the pods run it (vLLM num_speculative_tokens_per_batch_size)
+    in place of spec.numSpeculativeTokens at every batch size. The spec is never written."""
+
+    schedule: Annotated[list[RecommendedRange], Field(description="The ranges the pods run.", min_length=1)]
+    summary: Annotated[str, Field(description="The schedule in one line: from-to:k, ...")]
+    since: Annotated[str, Field(description="When it was applied (RFC 3339); the next change waits "
+                                            "spec.speculation.tuningIntervalSeconds from here.")]
+    expected_speedup: Annotated[float, Field(
+        description="Its expected output tokens per second against no speculation when applied, averaged over the "
+                    "cost model's batch sizes.")]
+    replaced: Annotated[str, Field(description="The schedule it replaced, from-to:k, ...")]
+    replaced_expected_speedup: Annotated[float, Field(
+        description="The replaced schedule's expected speedup on the same window and cost model.")]

@@ -24,6 +24,7 @@ from dflash_operator.api.models import (
     ResolvedRevisions,
     SpeculationStatus,
 )
+from dflash_operator.api.tuning import TunedSchedule
 from dflash_operator.kube.client import Kube
 from dflash_operator.kube.errors import already_exists, api_message, namespace_terminating
 from dflash_operator.kube.ownership import field_manager
@@ -38,11 +39,11 @@ from dflash_operator.render.serving import SERVING_PORT, CacheFacts, endpoint, r
 from dflash_operator.runtime import metrics
 from dflash_operator.runtime.clock import SYSTEM_CLOCK, Clock
 from dflash_operator.runtime.config import OperatorConfig
-from dflash_operator.speculation import autopilot
+from dflash_operator.speculation import auto, autopilot
 from dflash_operator.speculation import counters as speculation
 from dflash_operator.speculation.recommendation import recommendation
-from dflash_operator.speculation.vllm_features import missing_features
-from dflash_operator.speculation.window import Windows
+from dflash_operator.speculation.vllm_features import declared_version, missing_features
+from dflash_operator.speculation.window import WindowFigures, Windows
 from dflash_operator.status import conditions as status
 from dflash_operator.status import trouble
 
@@ -131,7 +132,9 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     old_status = _last_status(ledger, body)
     previous = _previous_speculation(old_status)
     fallback = autopilot.fallback_in_force(dfd, previous)
-    desired = desired_objects(dfd, config.render, config.cache, facts, speculate=fallback is None)
+    tuned = auto.in_force(dfd, previous)
+    desired = desired_objects(auto.as_served(dfd, tuned), config.render, config.cache, facts,
+                              speculate=fallback is None)
     try:
         current = _apply_differing(kube, observed, ledger, desired, meta["uid"])
     except _Rejected as error:
@@ -165,10 +168,8 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         seen = window.figures(clock.monotonic(), span)
         verdict = autopilot.judge(dfd, seen, previous, healthy, clock.now(), config.speculation_min_draft_tokens)
         new.speculation = verdict.figures
-        if new.speculation is not None and fallback is None and seen is not None:
-            new.speculation = new.speculation.model_copy(update={"recommendation": recommendation(
-                dfd, new.speculation.acceptance_by_position, seen.increase.drafts, config.cost_model,
-                config.speculation_min_draft_tokens)})
+        if fallback is None and not verdict.started_fallback:
+            new.speculation = _tuned(dfd, new.speculation, tuned, seen, outcome, config, clock, emit)
         conditions.append(verdict.healthy)
     elif previous is not None and previous.fallback is not None and fallback is None:
         # Speculation is back (a spec change, or the resume annotation): the pods roll with the draft again.
@@ -178,7 +179,27 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     _write_status(kube, ledger, clock, body, new, conditions, emit)
     if new.speculation is not None:
         metrics.publish_speculation(meta["uid"], namespace, name, new.speculation, autopilot.floor(dfd),
-                                    autopilot.pauses_under_load(dfd))
+                                    autopilot.pauses_under_load(auto.as_served(dfd, new.speculation.tuned)))
+
+
+def _tuned(dfd: DFlashDeployment, figures: SpeculationStatus, tuned: TunedSchedule | None,
+           seen: WindowFigures | None, outcome: cache_outcome.CacheOutcome, config: OperatorConfig, clock: Clock,
+           emit: EventSink) -> SpeculationStatus:
+    """The window's figures with the recommendation (tuning Recommend or Auto) and the schedule Auto has the pods
+    run: kept while nothing new is measured, replaced when a recommendation pays enough (an event says so)."""
+    if seen is None:  # no pod exposes counters: nothing to recommend, and what runs stays
+        return figures.model_copy(update={"tuned": tuned})
+    advice = recommendation(dfd, figures.acceptance_by_position, seen.increase.drafts, config.cost_model,
+                            config.speculation_min_draft_tokens)
+    found = outcome.pair_check.vllm_version if outcome.pair_check is not None else None
+    decision = auto.decide(dfd, tuned, advice.found, figures.acceptance_by_position or [], advice.cost,
+                           found or declared_version(dfd.spec), clock.now())
+    if decision.event is not None:
+        emit("Normal", auto.SPECULATION_TUNED, decision.event)
+    said = advice.status
+    if said is not None and decision.note is not None:
+        said = said.model_copy(update={"message": "; ".join(m for m in (said.message, decision.note) if m)})
+    return figures.model_copy(update={"recommendation": said, "tuned": decision.tuned})
 
 
 def _last_status(ledger: Ledger, body: dict[str, Any]) -> dict[str, Any]:

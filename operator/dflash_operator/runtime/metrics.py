@@ -41,11 +41,17 @@ FALLBACK = Gauge(
     _OWNER)
 PAUSES_UNDER_LOAD = Gauge(
     "dflash_speculation_pauses_under_load",
-    "1 when spec.speculation.tokensByBatchSize turns speculation off (0 tokens) for some batch sizes.", _OWNER)
+    "1 when the schedule the pods run (spec.speculation.tokensByBatchSize, or tuning Auto's) turns speculation off "
+    "(0 tokens) for some batch sizes.", _OWNER)
 RECOMMENDED_TOKENS = Gauge(
     "dflash_speculation_recommended_tokens",
     "The draft length the window and the cost model recommend for a range of running batch sizes "
     "(status.speculation.recommendation); 0: none pays.", _OWNER + ["from_batch_size", "to_batch_size"])
+TUNED_TOKENS = Gauge(
+    "dflash_speculation_tuned_tokens",
+    "The draft length the pods run for a range of running batch sizes because spec.speculation.tuning Auto applied "
+    "it (status.speculation.tuned); absent while the spec's own length runs.", _OWNER + ["from_batch_size",
+                                                                                         "to_batch_size"])
 RECOMMENDED_SPEEDUP = Gauge(
     "dflash_speculation_recommended_speedup",
     "Expected speedup over no speculation of the recommended draft length, the range's lowest.",
@@ -101,8 +107,11 @@ def publish_speculation(uid: str, namespace: str, name: str, figures: Speculatio
         span = (namespace, name, str(step.from_batch_size), str(step.to_batch_size))
         values[(RECOMMENDED_TOKENS, span)] = step.num_speculative_tokens
         values[(RECOMMENDED_SPEEDUP, span)] = step.expected_speedup
+    for step in (figures.tuned.schedule if figures.tuned else None) or []:
+        values[(TUNED_TOKENS, (namespace, name, str(step.from_batch_size), str(step.to_batch_size)))] = (
+            step.num_speculative_tokens)
     _publish(uid, (ACCEPTANCE_FLOOR, FALLBACK, PAUSES_UNDER_LOAD, ACCEPTANCE_RATE, MEAN_ACCEPTED_LENGTH,
-                   ACCEPTANCE_BY_POSITION, RECOMMENDED_TOKENS, RECOMMENDED_SPEEDUP), values)
+                   ACCEPTANCE_BY_POSITION, RECOMMENDED_TOKENS, RECOMMENDED_SPEEDUP, TUNED_TOKENS), values)
 
 
 def forget(uid: str) -> None:

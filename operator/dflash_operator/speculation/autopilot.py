@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dflash_operator.api import GROUP, DFlashDeployment
 from dflash_operator.api.models import Condition, SpeculationFallback, SpeculationStatus
 from dflash_operator.reconcile.ledger import fingerprint
+from dflash_operator.runtime.clock import parse_rfc3339, rfc3339
 from dflash_operator.speculation.window import WindowFigures
 from dflash_operator.status.conditions import SPECULATION_HEALTHY, condition
 
@@ -107,7 +108,7 @@ def judge(dfd: DFlashDeployment, window: WindowFigures | None, previous: Specula
     rate = counts.acceptance_rate or 0.0
     below_since = previous.below_floor_since if previous is not None else None
     if rate < low:
-        below_since = below_since or _rfc3339(now)
+        below_since = below_since or rfc3339(now)
     elif rate >= low + RECOVERY_MARGIN:
         below_since = None
     figures = SpeculationStatus(
@@ -123,11 +124,11 @@ def judge(dfd: DFlashDeployment, window: WindowFigures | None, previous: Specula
     if below_since is None:
         return Verdict(figures, condition(SPECULATION_HEALTHY, "True", ABOVE_FLOOR, f"{seen}, floor {low:g}"), False)
 
-    held_for = (now - _parse(below_since)).total_seconds()
+    held_for = (now - parse_rfc3339(below_since)).total_seconds()
     why = f"{seen} is under the floor {low:g} (recovery at {low + RECOVERY_MARGIN:g}) since {below_since}"
     if spec.on_low_acceptance == "Fallback" and held_for >= spec.fallback_after_seconds:
         fallback = SpeculationFallback(
-            since=_rfc3339(now), message=f"{why}, for {held_for:.0f} s (fallbackAfterSeconds "
+            since=rfc3339(now), message=f"{why}, for {held_for:.0f} s (fallbackAfterSeconds "
                                          f"{spec.fallback_after_seconds})")
         return Verdict(figures.model_copy(update={"fallback": fallback}), fallback_condition(dfd, fallback), True)
     if spec.on_low_acceptance == "Fallback":
@@ -151,11 +152,3 @@ def _quiet(previous: SpeculationStatus | None, previous_healthy: dict | None, wi
 
 def _round(value: float | None) -> float | None:
     return round(value, 2) if value is not None else None
-
-
-def _rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def _parse(stamp: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))

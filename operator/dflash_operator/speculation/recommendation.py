@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from importlib import resources
 
 from dflash_operator.api import DFlashDeployment
@@ -31,19 +32,27 @@ def _summary(ranges: list[RecommendedRange]) -> str:
     return ", ".join(f"{r.from_batch_size}-{r.to_batch_size}:{r.num_speculative_tokens}" for r in ranges)
 
 
+@dataclass(frozen=True)
+class Advice:
+    status: SpeculationRecommendation | None  # what status.speculation.recommendation says; None when tuning is Off
+    found: tuner.Recommendation | None = None  # the schedule, when there is one (what Auto may apply)
+    cost: tuner.CostModel | None = None  # the cost model it came from
+
+
 def recommendation(dfd: DFlashDeployment, acceptance_by_position: list[float] | None, drafts: float,
-                   default: tuner.CostModel | None, min_draft_tokens: int) -> SpeculationRecommendation | None:
-    """None when tuning is Off; otherwise a schedule, or the reason there is none."""
+                   default: tuner.CostModel | None, min_draft_tokens: int) -> Advice:
+    """Nothing when tuning is Off; otherwise a schedule, or the reason there is none."""
     spec = dfd.spec.speculation
     if spec.tuning == "Off":
-        return None
+        return Advice(None)
     try:
         cost = tuner.CostModel.from_dict(spec.cost_model.model_dump(by_alias=True)) if spec.cost_model else default
     except ValueError as error:
-        return SpeculationRecommendation(reason="InvalidCostModel", message=f"spec.speculation.costModel: {error}")
+        return Advice(SpeculationRecommendation(reason="InvalidCostModel",
+                                                message=f"spec.speculation.costModel: {error}"))
     if cost is None:
-        return SpeculationRecommendation(reason="NoCostModel", message="no cost model for this hardware: set "
-                                                                       "spec.speculation.costModel")
+        return Advice(SpeculationRecommendation(reason="NoCostModel", message="no cost model for this hardware: set "
+                                                                              "spec.speculation.costModel"))
     by_position = list(acceptance_by_position or [])
     measured = min(dfd.spec.num_speculative_tokens, len(by_position))
     # The window's floor is in draft tokens (operator.speculationMinDraftTokens); the tuner counts drafts.
@@ -54,12 +63,13 @@ def recommendation(dfd: DFlashDeployment, acceptance_by_position: list[float] | 
         # Worded without the live count: status is written when it changes, and the count moves every pass.
         message = (f"the window holds fewer than the {needed} drafts a recommendation needs"
                    if found.reason == "TooFewDrafts" else found.message)
-        return SpeculationRecommendation(reason=found.reason, message=message, cost_model=provenance)
+        return Advice(SpeculationRecommendation(reason=found.reason, message=message, cost_model=provenance),
+                      cost=cost)
     ranges = [RecommendedRange(from_batch_size=r.from_batch_size, to_batch_size=r.to_batch_size,
                                num_speculative_tokens=r.k, expected_speedup=round(r.expected_speedup_low, 2))
               for r in found.ranges]
     note = None
-    if spec.tokens_by_batch_size:
+    if spec.tokens_by_batch_size and spec.tuning == "Recommend":
         note = "spec.speculation.tokensByBatchSize is set: the pods run it; this recommendation is for reference"
-    return SpeculationRecommendation(schedule=ranges, summary=_summary(ranges), measured_tokens=measured,
-                                     cost_model=provenance, message=note)
+    return Advice(SpeculationRecommendation(schedule=ranges, summary=_summary(ranges), measured_tokens=measured,
+                                            cost_model=provenance, message=note), found, cost)

@@ -216,16 +216,20 @@ def _weighted(speedup: Callable[[int], float], weights: Mapping[int, float]) -> 
     return sum(speedup(b) * w for b, w in weights.items() if w > 0) / total
 
 
+def schedule_speedup(schedule: Sequence[ScheduleRange] | int, p: Sequence[float], cost: CostModel,
+                     weights: Mapping[int, float]) -> float:
+    """A schedule's expected speedup against no speculation (a static K is an int), weighted by `weights`."""
+
+    def k_at(b: int) -> int:
+        return schedule if isinstance(schedule, int) else _k_at(schedule, b)
+
+    return _weighted(lambda b: expected_speedup(p, cost, b, k_at(b)), weights)
+
+
 def gain_over(current: Sequence[ScheduleRange] | int, new: Recommendation, p: Sequence[float], cost: CostModel,
               traffic: Mapping[int, float] | None = None) -> float:
     """The new schedule's expected speedup over the running one (a static K is an int): traffic-weighted when the
     batch-size distribution is known, else an even mean over the cost model's measured batch sizes. An Auto mode
     applies `new` only when this exceeds its threshold."""
     weights = traffic if traffic is not None else dict.fromkeys(new.batch_sizes, 1.0)
-
-    def running_k(b: int) -> int:
-        return current if isinstance(current, int) else _k_at(current, b)
-
-    before = _weighted(lambda b: expected_speedup(p, cost, b, running_k(b)), weights)
-    after = _weighted(lambda b: expected_speedup(p, cost, b, new.k_at(b)), weights)
-    return after / before
+    return schedule_speedup(new.ranges, p, cost, weights) / schedule_speedup(current, p, cost, weights)

@@ -95,6 +95,9 @@ REASONS: dict[str, Reason] = {
                               "check the draft matches the target and the traffic; see docs/operations.md"),
     "FellBackToTarget": R("SpeculationHealthy", "Fallback is in force: the pods serve the target without the draft",
                           "fix the draft, then annotate serving.dflash.dev/resume-speculation"),
+    "SpeculationTuned": R("event", "tuning Auto rolled the pods onto a new draft-length schedule (status.speculation"
+                                   ".tuned), with the expected speedup before and after",
+                          "nothing; set tuning to Recommend to keep the spec's own length"),
 }
 
 

@@ -1,0 +1,151 @@
+"""spec.speculation.tuning = Auto: when the pods roll onto a recommended schedule, and what holds Auto back."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+
+import pytest
+from test_reconcile import BODY
+from test_reconcile_speculation import KeepingKube, deployment_args, world
+
+from dflash_operator.api import DFlashDeployment
+from dflash_operator.api.status import SpeculationStatus
+from dflash_operator.reconcile import passes as reconcile_module
+from dflash_operator.reconcile.ledger import Ledger
+from dflash_operator.reconcile.passes import reconcile
+from dflash_operator.runtime.clock import Clock
+from dflash_operator.runtime.config import OperatorConfig
+from dflash_operator.speculation import auto, autopilot, tuner
+from dflash_operator.speculation.counters import SpecCounters
+from dflash_operator.speculation.recommendation import recommendation, shipped_cost_model
+from dflash_operator.speculation.window import Windows
+
+NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
+USELESS, ALL_ACCEPT = [0.0] * 8, [1.0] * 8
+
+
+def _dfd(extra_args: list[str] | None = None, **speculation) -> DFlashDeployment:
+    body = copy.deepcopy(BODY)
+    body["spec"]["numSpeculativeTokens"] = 8
+    body["spec"]["speculation"] = {"tuning": "Auto", **speculation}
+    if extra_args is not None:
+        body["spec"]["extraArgs"] = extra_args
+    return DFlashDeployment.model_validate(body)
+
+
+def _decide(dfd: DFlashDeployment, p: list[float], tuned=None, version: str | None = "0.26.0",
+            now: datetime.datetime = NOW) -> auto.TuningDecision:
+    advice = recommendation(dfd, p, 1000, shipped_cost_model(), 200)
+    return auto.decide(dfd, tuned, advice.found, p, advice.cost, version, now)
+
+
+def test_a_useless_draft_is_scheduled_off_everywhere_with_the_gain_in_the_event() -> None:
+    decision = _decide(_dfd(), USELESS)
+    assert decision.tuned is not None and decision.tuned.summary == "1-1024:0"
+    assert decision.tuned.replaced == "1-1024:8" and decision.tuned.since == "2026-12-04T12:00:00Z"
+    # K=8 with nothing accepted costs c(b, 8) for one token: 1/2.637 at b=1, 1/2.119 at b=16 on the shipped table.
+    assert decision.tuned.replaced_expected_speedup == pytest.approx((1 / 2.637 + 1 / 2.119) / 2, abs=0.01)
+    assert decision.tuned.expected_speedup == 1.0
+    assert decision.event is not None and "1-1024:0" in decision.event and "0.43x with 1-1024:8" in decision.event
+
+
+def test_what_runs_already_or_gains_too_little_stays() -> None:
+    assert _decide(_dfd(), ALL_ACCEPT).tuned is None, "K=8 everywhere is what runs: nothing to roll"
+    applied = _decide(_dfd(), USELESS).tuned
+    # The same recommendation again, long after the interval: no second roll onto the same schedule.
+    later = NOW + datetime.timedelta(days=1)
+    again = _decide(_dfd(), USELESS, tuned=applied, now=later)
+    assert again.tuned == applied and again.event is None
+    # A gain under tuningMinGain: a draft that pays a little more at K=8 than nothing does not move a 0 schedule
+    # unless the gain clears the threshold.
+    slight = [0.26] * 8  # E(8) = 3.08; 3.08 / 2.637 = 1.17 at b=1, 3.08 / 2.119 = 1.45 at b=16
+    assert _decide(_dfd(tuningMinGain=2.0), slight, tuned=applied, now=later).tuned == applied
+    moved = _decide(_dfd(tuningMinGain=0.05), slight, tuned=applied, now=later).tuned
+    assert moved is not None and moved.summary == "1-1024:8" and moved.replaced == "1-1024:0"
+
+
+def test_no_second_change_within_the_interval() -> None:
+    applied = _decide(_dfd(tuningIntervalSeconds=600), USELESS).tuned
+    soon = _decide(_dfd(tuningIntervalSeconds=600), ALL_ACCEPT, tuned=applied, now=NOW + datetime.timedelta(
+        seconds=599))
+    assert soon.tuned == applied and soon.event is None
+    after = _decide(_dfd(tuningIntervalSeconds=600), ALL_ACCEPT, tuned=applied, now=NOW + datetime.timedelta(
+        seconds=600))
+    assert after.tuned is not None and after.tuned.summary == "1-1024:8" and after.event is not None
+
+
+@pytest.mark.parametrize(("dfd", "version", "note"), [
+    (_dfd(tokensByBatchSize=[{"fromBatchSize": 1, "toBatchSize": 1024, "numSpeculativeTokens": 4}]), "0.26.0",
+     "tokensByBatchSize is set"),
+    (_dfd(), "0.23.0", "Auto needs vLLM 0.24+"),
+    (_dfd(), None, "of an unknown vLLM"),
+    (_dfd(extra_args=["--data-parallel-size", "2"]), "0.26.0", "data parallelism"),
+    (_dfd(extra_args=["--data-parallel-size=4"]), "0.26.0", "data parallelism"),
+])
+def test_what_holds_auto_back_is_said_and_nothing_is_applied(dfd: DFlashDeployment, version: str | None,
+                                                              note: str) -> None:
+    decision = _decide(dfd, USELESS, version=version)
+    assert decision.tuned is None and decision.event is None and note in (decision.note or "")
+
+
+def test_recommend_and_off_never_apply() -> None:
+    for mode in ("Recommend", "Off"):
+        decision = _decide(_dfd(tuning=mode), USELESS)
+        assert decision == auto.TuningDecision(None)
+
+
+def test_a_running_length_the_cost_model_never_measured_is_not_judged() -> None:
+    dfd = _dfd()
+    cost = tuner.CostModel.from_dict({"gpu": "g", "vllmVersion": "0.26.0", "model": "m", "batchSizes": [1],
+                                      "draftLengths": [0, 4], "relativeStepTime": [[1.0, 1.2]]})
+    found = tuner.recommend(USELESS, 1000, cost, 8)
+    assert isinstance(found, tuner.Recommendation)
+    decision = auto.decide(dfd, None, found, USELESS, cost, "0.26.0", NOW)
+    assert decision.tuned is None and "no measurement for draft length 8" in (decision.note or "")
+
+
+def test_the_schedule_stays_in_force_only_for_the_spec_it_was_applied_to() -> None:
+    dfd = _dfd()
+    applied = _decide(dfd, USELESS).tuned
+    status = SpeculationStatus(fingerprint=autopilot.speculation_fingerprint(dfd), tuned=applied)
+    assert auto.in_force(dfd, status) == applied
+    # A new draft length (or target, draft, image, speculation settings): the spec's own K again.
+    changed = _dfd(tuningIntervalSeconds=7200)
+    assert auto.in_force(changed, status) is None
+    served = auto.as_served(dfd, applied).spec
+    assert served.speculation.tokens_by_batch_size is not None and dfd.spec.speculation.tokens_by_batch_size is None
+
+
+def test_auto_rolls_the_pods_onto_the_schedule_and_never_writes_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    # K=8, the draft never right: Auto's schedule turns speculation off at every batch size.
+    zeros = (0.0,) * 8
+    readings = iter([SpecCounters(0, 0, 0, zeros), SpecCounters(100, 800, 0, zeros),
+                     SpecCounters(200, 1600, 0, zeros), SpecCounters(300, 2400, 0, zeros)])
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    seconds = iter(range(0, 1000, 10))
+    clock = Clock(monotonic=lambda: float(next(seconds)), now=lambda: NOW)
+    body = copy.deepcopy(BODY)
+    body["spec"].update(numSpeculativeTokens=8, speculation={"tuning": "Auto", "minAcceptanceRate": 0.0})
+    spec_before = copy.deepcopy(body["spec"])
+    kube, ledger, windows, events = KeepingKube(), Ledger(), Windows(), []
+    config = OperatorConfig(speculation_min_draft_tokens=10)
+    for _ in range(2):  # a first reading, then a window with 100 drafts
+        reconcile(kube, world(), ledger, body, config, lambda *e: events.append(e), measure=True, windows=windows,
+                  clock=clock)
+    tuned = [e for e in events if e[1] == auto.SPECULATION_TUNED]
+    assert len(tuned) == 1 and "1-1024:0" in tuned[0][2]
+    assert kube.statuses[-1]["speculation"]["tuned"]["summary"] == "1-1024:0"
+    # The next pass (the status write's own watch event) renders the schedule into the pods: vLLM's per-batch-size
+    # rows, K=8 still the config's cap; and a later window does not roll them onto the same schedule again.
+    kube.objects.clear()
+    for _ in range(2):
+        reconcile(kube, world(), ledger, body, config, lambda *e: events.append(e), measure=True, windows=windows,
+                  clock=clock)
+    args, _, _ = deployment_args(kube)
+    config_sent = json.loads(args[args.index("--speculative-config") + 1])
+    assert config_sent["num_speculative_tokens_per_batch_size"] == [[1, 1024, 0]]
+    assert config_sent["num_speculative_tokens"] == 8
+    assert body["spec"] == spec_before
+    assert len([e for e in events if e[1] == auto.SPECULATION_TUNED]) == 1, "no second roll onto the same schedule"
