@@ -41,7 +41,8 @@ stop() {
   if running; then
     # Containers first (kind nodes), then networks this dockerd holds, so no bridge or mount is left on the host.
     local ids; ids=$(docker ps -aq 2>/dev/null || true)
-    [ -n "$ids" ] && docker rm -f $ids >/dev/null 2>&1 || true
+    [ -n "$ids" ] && docker rm -f -v $ids >/dev/null 2>&1 || true
+    docker volume prune -f >/dev/null 2>&1 || true   # kind nodes' anonymous /var volumes
     docker network prune -f >/dev/null 2>&1 || true
     local pid; pid=$(cat "$pidfile")
     kill "$pid"
@@ -50,7 +51,7 @@ stop() {
   fi
   rm -f "$pidfile"
   # What dockerd may leave: its exec-root mounts (netns), its cgroups (cgroupfs driver, parent /docker), /run/containerd.
-  grep -o " $dir/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep -o " $dir/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   for c in /sys/fs/cgroup/*/docker; do [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true; done
   if [ -f "$dir/made-run-containerd" ]; then rm -rf /run/containerd; rm -f "$dir/made-run-containerd"; fi
 }
