@@ -143,9 +143,24 @@ def test_auto_rolls_the_pods_onto_the_schedule_and_never_writes_the_spec(monkeyp
     for _ in range(2):
         reconcile(kube, world(), ledger, body, config, lambda *e: events.append(e), measure=True, windows=windows,
                   clock=clock)
-    args, _, _ = deployment_args(kube)
+    args, probe, _ = deployment_args(kube)
     config_sent = json.loads(args[args.index("--speculative-config") + 1])
     assert config_sent["num_speculative_tokens_per_batch_size"] == [[1, 1024, 0]]
     assert config_sent["num_speculative_tokens"] == 8
+    # The probe's one request runs at batch size 1, where the schedule drafts nothing: it asks for a completion,
+    # not for accepted drafts (which would fail every pod).
+    assert "--no-speculation" in probe and "--min-acceptance" not in probe
     assert body["spec"] == spec_before
     assert len([e for e in events if e[1] == auto.SPECULATION_TUNED]) == 1, "no second roll onto the same schedule"
+
+
+def test_the_probe_asks_for_drafts_only_where_the_schedule_drafts_at_batch_size_one() -> None:
+    from dflash_operator.render.serving import probe_speculates
+
+    drafting = _dfd(tokensByBatchSize=[{"fromBatchSize": 1, "toBatchSize": 8, "numSpeculativeTokens": 4},
+                                       {"fromBatchSize": 9, "toBatchSize": 1024, "numSpeculativeTokens": 0}])
+    silent_at_one = _dfd(tokensByBatchSize=[{"fromBatchSize": 1, "toBatchSize": 1, "numSpeculativeTokens": 0},
+                                            {"fromBatchSize": 2, "toBatchSize": 1024, "numSpeculativeTokens": 4}])
+    assert probe_speculates(drafting.spec) and not probe_speculates(drafting.spec, speculate=False)
+    assert not probe_speculates(silent_at_one.spec)
+    assert probe_speculates(_dfd().spec), "no schedule: the static K drafts at every batch size"

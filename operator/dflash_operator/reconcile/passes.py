@@ -35,7 +35,14 @@ from dflash_operator.reconcile.observed import Observed
 from dflash_operator.reconcile.validation import spec_problems
 from dflash_operator.render.cache import cache_job_name, cache_name, claim_not_smaller, render_cache_pvc
 from dflash_operator.render.desired import desired_objects
-from dflash_operator.render.serving import SERVING_PORT, CacheFacts, endpoint, render_deployment, selector_string
+from dflash_operator.render.serving import (
+    SERVING_PORT,
+    CacheFacts,
+    endpoint,
+    probe_speculates,
+    render_deployment,
+    selector_string,
+)
 from dflash_operator.runtime import metrics
 from dflash_operator.runtime.clock import SYSTEM_CLOCK, Clock
 from dflash_operator.runtime.config import OperatorConfig
@@ -155,7 +162,9 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
 
     deployment = next(c for o, c in zip(desired, current, strict=True) if o["kind"] == "Deployment")
     facts_of_rollout = status.rollout_facts(deployment, dfd.spec.replicas)
-    probe = status.SPECULATIVE_PROBE if fallback is None else status.PLAIN_PROBE
+    served = auto.as_served(dfd, tuned)
+    probe = (status.PLAIN_PROBE if fallback is not None else status.SPECULATIVE_PROBE
+             if probe_speculates(served.spec) else status.UNSCHEDULED_PROBE)
     pods_say = trouble.serving_trouble(deployment, observed.serving_pods(namespace, name))
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe, pods_say)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)

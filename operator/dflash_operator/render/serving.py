@@ -99,11 +99,20 @@ def vllm_args(dfd: DFlashDeployment, speculate: bool = True) -> list[str]:
     return args + list(spec.extra_args)
 
 
+def probe_speculates(spec: DFlashDeploymentSpec, speculate: bool = True) -> bool:
+    """Whether the readiness probe can ask for accepted drafts: its one request runs at batch size 1, so not when
+    the pods serve without the draft (`speculate` False) or their schedule proposes 0 tokens at batch size 1."""
+    schedule = spec.speculation.tokens_by_batch_size
+    at_one = next((r.num_speculative_tokens for r in schedule or [] if r.from_batch_size == 1), None)
+    return speculate and at_one != 0
+
+
 def probe_command(dfd: DFlashDeployment, config: RenderConfig, speculate: bool = True) -> list[str]:
     readiness = dfd.spec.readiness
-    # Without the draft the probe still runs a real completion; it only stops asking for accepted drafts. (The
+    # Without drafts the probe still runs a real completion; it only stops asking for accepted drafts. (The
     # speculative form keeps its argument order: a changed pod template would roll every running pod.)
-    judged = ["--min-acceptance", f"{readiness.min_acceptance_rate:g}"] if speculate else ["--no-speculation"]
+    judged = (["--min-acceptance", f"{readiness.min_acceptance_rate:g}"] if probe_speculates(dfd.spec, speculate)
+              else ["--no-speculation"])
     return [
         config.probe_command,
         "--url", f"http://127.0.0.1:{SERVING_PORT}",

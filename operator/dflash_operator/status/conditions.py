@@ -69,6 +69,7 @@ def rollout_facts(deployment: dict[str, Any] | None, desired: int) -> RolloutFac
 
 SPECULATIVE_PROBE = "the speculative probe"
 PLAIN_PROBE = "the completion probe (Fallback: the target alone, no draft)"
+UNSCHEDULED_PROBE = "the completion probe (the schedule proposes no draft tokens at batch size 1)"
 
 
 def rollout_conditions(facts: RolloutFacts, probe: str = SPECULATIVE_PROBE, trouble: Trouble | None = None
