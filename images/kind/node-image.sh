@@ -3,12 +3,20 @@
 # (images/kind/base.Dockerfile), copy kubeadm/kubelet/kubectl and /kind/version in, `ctr images import` locally built
 # images under the names kubeadm v1.37.2 asks for, `docker commit` with kind's entrypoint. The images: the control plane,
 # etcd and CoreDNS as FROM-scratch images of the binaries built here; kube-proxy on the base's Debian (it needs iptables);
-# pause from images/builder/build.py. kindnetd and local-path are not built yet (docs/kind.md): use disableDefaultCNI.
+# pause from images/builder/build.py; kind's default storage (local-path-provisioner, the cluster tier's build, FROM
+# scratch; its helper on the base's Debian, which has the sh/mkdir/rm its setup and teardown scripts run) under kind's
+# image names, with kind's own manifest from its module (/kind/manifests/default-storage.yaml). kindnetd is not built
+# (docs/kind.md): use disableDefaultCNI and scripts/kind/cni.sh.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
 : "${DOCKER_HOST:?run scripts/kind/dockerd.sh start first}"
 K8S=v1.37.2
+# Keyed by the scripts that make it: a warm machine whose image carries the same key does nothing.
+key=$(cat "$repo"/images/kind/{node-image.sh,base.Dockerfile,build-bins.sh,base-rootfs.sh} | sha256sum | cut -c1-12)
+if [ "$(docker image inspect -f '{{index .Config.Labels "dflash.kind.key"}}' dflash/kind-node:$K8S 2>/dev/null)" = "$key" ]; then
+  echo dflash/kind-node:$K8S; exit 0
+fi
 node=$(bash "$repo/images/kind/build-bins.sh" | tail -1)
 bin=$(bash "$repo/tests/cluster/build.sh" | tail -1)
 rootfs=$(bash "$repo/images/kind/base-rootfs.sh" | tail -1)
@@ -22,17 +30,30 @@ for x in containerd containerd-shim-runc-v2 ctr; do cp -L "$bin/$x" "$ctx/base/b
 b -t dflash/kind-base:local -f "$repo/images/kind/base.Dockerfile" "$ctx/base"
 
 mkdir "$ctx/img"
-for x in kube-apiserver kube-controller-manager kube-scheduler etcd; do cp -L "$bin/$x" "$ctx/img/"; done
+for x in kube-apiserver kube-controller-manager kube-scheduler etcd local-path-provisioner; do cp -L "$bin/$x" "$ctx/img/"; done
 cp "$node/coredns" "$node/kube-proxy" "$ctx/img/"
 scratch() { printf 'FROM scratch\nCOPY %s /usr/local/bin/%s\nENTRYPOINT ["/usr/local/bin/%s"]\n' "$2" "$2" "$2" \
   | b -t "$1" -f - "$ctx/img"; }
 for x in kube-apiserver kube-controller-manager kube-scheduler; do scratch "registry.k8s.io/$x:$K8S" "$x"; done
 scratch registry.k8s.io/etcd:3.7.0-0 etcd
 printf 'FROM scratch\nCOPY coredns /coredns\nENTRYPOINT ["/coredns"]\n' | b -t registry.k8s.io/coredns/coredns:v1.14.6 -f - "$ctx/img"
+# kind's storage manifest and image names, read from its module (pkg/build/nodeimage/const_storage.go).
+python3 - "$kindsrc/pkg/build/nodeimage/const_storage.go" "$ctx/default-storage.yaml" "$ctx/storage-images" <<'PY'
+import re, sys
+src = open(sys.argv[1]).read()
+consts = dict(re.findall(r'^const (\w+) = "([^"]+)"', src, re.M))
+body = re.search(r'^const defaultStorageManifest = `(.*?)^`', src, re.M | re.S).group(1)
+body = re.sub(r'` \+ (\w+) \+ `', lambda m: consts[m.group(1)], body)
+open(sys.argv[2], "w").write(body)
+open(sys.argv[3], "w").write(f"{consts['storageProvisionerImage']} {consts['storageHelperImage']}\n")
+PY
+read -r lpp_image lph_image < "$ctx/storage-images"
+printf 'FROM scratch\nENV PATH=/usr/local/bin\nCOPY local-path-provisioner /usr/local/bin/\n' | b -t "$lpp_image" -f - "$ctx/img"
+printf 'FROM dflash/kind-debian:bookworm\n' | b -t "$lph_image" -f - "$ctx/img"
 printf 'FROM dflash/kind-debian:bookworm\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' | b -t "registry.k8s.io/kube-proxy:$K8S" -f - "$ctx/img"
 docker save -o "$ctx/images.tar" registry.k8s.io/kube-apiserver:$K8S registry.k8s.io/kube-controller-manager:$K8S \
   registry.k8s.io/kube-scheduler:$K8S registry.k8s.io/kube-proxy:$K8S registry.k8s.io/etcd:3.7.0-0 \
-  registry.k8s.io/coredns/coredns:v1.14.6
+  registry.k8s.io/coredns/coredns:v1.14.6 "$lpp_image" "$lph_image"
 pause=$(python3 "$repo/images/builder/build.py" pause | head -1 | awk '{print $2}')
 
 # No volume on /var: containerd keeps the imported images there, and docker commit leaves volumes out.
@@ -42,6 +63,8 @@ for _ in $(seq 30); do docker exec dflash-kind-build ctr version >/dev/null 2>&1
 for x in kubeadm kubelet kubectl; do docker cp -L "$([ $x = kubeadm ] && echo "$node" || echo "$bin")/$x" dflash-kind-build:/usr/bin/$x; done
 docker cp "$ctx/images.tar" dflash-kind-build:/root/images.tar
 docker cp "$pause" dflash-kind-build:/root/pause.tar
+docker exec dflash-kind-build mkdir -p /kind/manifests
+docker cp "$ctx/default-storage.yaml" dflash-kind-build:/kind/manifests/default-storage.yaml
 # kind's containerd config names pause:3.10 as the sandbox image; kubeadm v1.37.2 wants 3.10.2 (kind's buildImage
 # rewrites it the same way).
 docker exec dflash-kind-build sed -i 's#registry.k8s.io/pause:3.10"#registry.k8s.io/pause:3.10.2"#' /etc/containerd/config.toml
@@ -52,5 +75,5 @@ src=$(docker exec dflash-kind-build ctr -n k8s.io images ls -q | grep pause | he
 docker exec dflash-kind-build ctr -n k8s.io images tag "$src" registry.k8s.io/pause:3.10.2
 docker exec dflash-kind-build ctr -n k8s.io images ls -q
 docker exec dflash-kind-build systemctl stop containerd
-docker commit --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' dflash-kind-build dflash/kind-node:$K8S >/dev/null
+docker commit --change "LABEL dflash.kind.key=$key" --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' dflash-kind-build dflash/kind-node:$K8S >/dev/null
 echo dflash/kind-node:$K8S

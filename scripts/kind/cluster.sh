@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The kind path end to end (issue 25, docs/kind.md):
+#   bash scripts/kind/cluster.sh up     # dockerd, images (docker build), kind cluster, pod network, operator by helm
+#   bash scripts/kind/cluster.sh env    # the export lines for docker/kubectl/helm against it
+#   bash scripts/kind/cluster.sh down   # deletes the cluster and stops dockerd (host as it was)
+# Everything lives under <cache> (~/.cache/dflash-operator): dockerd's store, kind, the kubeconfig (<cache>/kind/kubeconfig,
+# never ~/.kube/config) and kubectl's discovery cache. Idempotent: `up` on a running cluster reloads the operator image
+# and upgrades the release. The operator image is the one `docker build -f images/operator/Dockerfile .` makes,
+# tagged dflash-operator:kind and put on the nodes with `kind load docker-image`.
+# Test-environment adaptations (each explained in docs/kind.md): the runc wrapper of scripts/kind/dockerd.sh, the
+# stand-in and node images built here without a registry, restrict_oom_score_adj and failCgroupV1 in kind-config.yaml,
+# and scripts/kind/cni.sh in place of kindnetd.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
+NAME=${DFLASH_KIND_NAME:-dflash}
+NODE_IMAGE=dflash/kind-node:v1.37.2
+OPERATOR_IMAGE=dflash-operator:kind
+NETWORK=dflash-kind SUBNET=172.31.250.0/24
+KIND_VERSION=v0.33.0
+kind=$cache/kind/bin/kind
+export DOCKER_HOST=unix://$cache/docker/docker.sock
+export KUBECONFIG=$cache/kind/kubeconfig KUBECACHEDIR=$cache/kind/kubecache
+# Debian's docker 20.10 CLI first: it has BuildKit built in (a newer CLI without buildx cannot `docker build` here).
+[ -x /usr/bin/docker ] && export PATH=/usr/bin:$PATH
+helm() { "$(ls -d "$cache"/bin/k8s-*/ | head -1)helm" "$@"; }
+say() { echo "[$((SECONDS))s] $*" >&2; }
+
+envlines() {
+  echo "export DOCKER_HOST=$DOCKER_HOST KUBECONFIG=$KUBECONFIG KUBECACHEDIR=$KUBECACHEDIR"
+  [ -x /usr/bin/docker ] && echo "export PATH=/usr/bin:\$PATH"
+  return 0
+}
+
+up() {
+  bash "$repo/scripts/kind/dockerd.sh" start >/dev/null; say "dockerd up"
+  if [ ! -x "$kind" ]; then GOBIN=$cache/kind/bin go install "sigs.k8s.io/kind@$KIND_VERSION"; say "kind built"; fi
+  bash "$repo/images/kind/stand-ins.sh" >/dev/null
+  DOCKER_BUILDKIT=1 docker build --network host -q -t "$OPERATOR_IMAGE" -f "$repo/images/operator/Dockerfile" "$repo" >/dev/null
+  say "operator image $OPERATOR_IMAGE built"
+  bash "$repo/images/kind/node-image.sh" >/dev/null   # keyed: nothing to do on a warm machine
+  say "node image $NODE_IMAGE"
+  docker network inspect "$NETWORK" >/dev/null 2>&1 || docker network create -d bridge --subnet "$SUBNET" \
+    -o com.docker.network.bridge.enable_ip_masquerade=false -o com.docker.network.bridge.name=dflashkind0 "$NETWORK" >/dev/null
+  mkdir -p "$(dirname "$KUBECONFIG")"
+  if ! "$kind" get clusters 2>/dev/null | grep -qx "$NAME"; then
+    KIND_EXPERIMENTAL_DOCKER_NETWORK=$NETWORK "$kind" create cluster --name "$NAME" --image "$NODE_IMAGE" \
+      --config "$repo/scripts/kind/kind-config.yaml"
+    say "kind cluster $NAME created"
+  fi
+  bash "$repo/scripts/kind/cni.sh" "$NAME" >/dev/null
+  kubectl wait --for=condition=Ready node --all --timeout=180s >/dev/null; say "nodes Ready"
+  "$kind" load docker-image "$OPERATOR_IMAGE" --name "$NAME" >/dev/null; say "operator image loaded"
+  helm upgrade --install dflash "$repo/charts/dflash-operator" -n dflash-system --create-namespace \
+    --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE#*:}" --set image.pullPolicy=Never \
+    --wait --timeout 300s >/dev/null
+  # A new image under the same tag: restart so the pods run it (helm sees no change in the rendered chart).
+  kubectl -n dflash-system rollout restart deploy/dflash-dflash-operator >/dev/null
+  kubectl -n dflash-system rollout status deploy/dflash-dflash-operator --timeout=180s >/dev/null
+  say "operator running (helm release dflash in dflash-system)"
+  envlines
+}
+
+down() {
+  if bash "$repo/scripts/kind/dockerd.sh" env >/dev/null && docker info >/dev/null 2>&1 && [ -x "$kind" ]; then
+    "$kind" delete cluster --name "$NAME" >/dev/null 2>&1 || true
+  fi
+  bash "$repo/scripts/kind/dockerd.sh" stop
+  rm -f "$KUBECONFIG"; rm -rf "$KUBECACHEDIR"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  env) envlines ;;
+  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+esac
