@@ -1,4 +1,5 @@
-"""Derives a draft-length cost model (speculation.tuner.CostModel) from a GPU lane bench JSON.
+"""Derives a draft-length cost model (speculation.tuner.CostModel) from a GPU lane bench JSON: the 2026-12-02 merged
+file (its "bounds") or what `bench.py measure cost-random` writes.
 
 The relative step time c(b, k) = t(b, k) / t(b, 0) is read from the random-draft rows: a random draft accepts
 nothing (acceptance 0.00 on the lane), so every step yields exactly one token with and without speculation, and the
@@ -7,6 +8,7 @@ draft's own pass, with no acceptance mixed in.
 
     python3 scripts/gpu/cost_model.py bench/results/gpu-lane-2026-12-02.json \
         > operator/dflash_operator/speculation/cost_models/h200-vllm0.23-qwen3next-3.9b-random.json
+    python3 scripts/gpu/cost_model.py bench/results/gpu-lane-cost-2026-12-05.json   (its cost-random wave)
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import sys
 from pathlib import Path
 
 
-def cost_model(bench: dict) -> dict:
-    bounds = bench["bounds"]
+def cost_model(bench: dict, source: str = "bench/results/gpu-lane-2026-12-02.json") -> dict:
+    bounds = bench.get("bounds") or bench.get("cost-random") or bench
     summary = bounds["summary"]
     shape = bounds["models"]["shape"]
     batches = sorted(int(b) for b in summary["no-spec"])
-    ks = sorted(int(name[1:].split("-")[0]) for name in summary if name.endswith("-random"))
+    ks = sorted(int(name[1:].split("-")[0]) for name in summary if name.startswith("k") and name.endswith("-random"))
     rows = []
     for b in batches:
         base = summary["no-spec"][str(b)]["tok_s_median"]
@@ -32,7 +34,7 @@ def cost_model(bench: dict) -> dict:
         "model": (f"Qwen3Next {bounds['models']['target']['params'] / 1e9:.1f}B random weights "
                   f"({shape['num_hidden_layers']} layers, {shape['num_experts']} experts), 3-layer DFlash draft, "
                   f"CUDA graphs, medians of {summary['no-spec'][str(batches[0])]['runs']} runs"),
-        "source": "bench/results/gpu-lane-2026-12-02.json (random-draft rows: c = no-spec tok/s / K-random tok/s)",
+        "source": f"{source} (random-draft rows: c = no-spec tok/s / K-random tok/s)",
         "batchSizes": batches,
         "draftLengths": [0, *ks],
         "relativeStepTime": rows,
@@ -40,4 +42,4 @@ def cost_model(bench: dict) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(cost_model(json.loads(Path(sys.argv[1]).read_text())), indent=1))
+    print(json.dumps(cost_model(json.loads(Path(sys.argv[1]).read_text()), sys.argv[1]), indent=1))

@@ -14,6 +14,10 @@
 #   bash scripts/gpu/device.sh checkpair VERSION... only the cache Job's check step (dflash-check-pair) on each GPU
 #                                                   build, with the GPU and its driver visible and hidden
 #   bash scripts/gpu/device.sh bench VERSION        bench.py start + measure (the bounds' engines) on that release
+#   bash scripts/gpu/device.sh tune-start VERSION   issue 26's cost grid, first wave: models + `bench.py start
+#                                                   cost-random` (detached engines compile while the call returns)
+#   bash scripts/gpu/device.sh tune-measure VERSION SET [NEXT]  `bench.py measure SET`, then start NEXT's engines;
+#                                                   $OUT/bench-SET.json and its logs come back
 #   bash scripts/gpu/device.sh diag VERSION         diag_random.py: where the random pair departs from no speculation
 #   bash scripts/gpu/device.sh py VERSION SCRIPT    any script here (diag_partial.py: where the partial pair departs)
 #   bash scripts/gpu/device.sh info                 what the machine has (driver, GPU, torch, glibc, zstd/xz)
@@ -174,6 +178,17 @@ case $cmd in
     for_release "$1" models.py mid "$LANE/$1/models/mid"
     for_release "$1" bench.py start
     for_release "$1" bench.py measure
+    ;;
+  tune-start)  # VERSION
+    unpack "$1"
+    [ -f "$LANE/$1/models/mid/made.json" ] || for_release "$1" models.py mid "$LANE/$1/models/mid"
+    for_release "$1" bench.py start cost-random
+    ;;
+  tune-measure)  # VERSION SET [NEXT]
+    rc=0
+    THEN=${3:-} for_release "$1" bench.py measure "$2" || rc=$?
+    cp "$LANE/$1/out/bench-$2".json "$LANE/$1/out/bench-$2"-logs.txt "$OUT/" || rc=1
+    exit $rc
     ;;
   diag) unpack "$1"; for_release "$1" diag_random.py ;;
   py)  # VERSION SCRIPT [ARGS...]: any script of scripts/gpu with that release's interpreter; results in $OUT/VERSION.tgz

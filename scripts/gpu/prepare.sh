@@ -12,7 +12,7 @@
 # LAST part of the first release received on a machine. The tiny-model makers (tests/vllm/tiny_models.py,
 # scripts/gpu/models.py) travel with the working tree and run on the device.
 #
-# Usage: scripts/gpu/prepare.sh VERSION [--relock]   (VERSION from releases.txt; PART_MB=60 MiB by default;
+# Usage: scripts/gpu/prepare.sh VERSION [--relock]   (VERSION from releases.txt; PART_MB=56 MiB by default;
 #                                                     DFLASH_CACHE moves the cache)
 # Then, on the device (scripts/gpu/README.md): one `run` per part, each carrying .gpu-lane/VERSION/part-N and
 # .gpu-lane/VERSION/SHA256SUMS and running `bash scripts/gpu/device.sh receive`; the call with the last part also
@@ -34,8 +34,8 @@ read -r _ VLLM_WHEEL VLLM_SHA256 <<< "$row"
 
 CACHE=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}/gpu-lane
 OUT=$ROOT/.gpu-lane/$VERSION
-PART_MB=${PART_MB:-60}  # MiB; a call carries one part + its SHA256SUMS (+ the zstandard wheel, 5 MB, with the
-                        # last part of the first release) + the working tree (~2 MB): under the 64 MiB per call
+PART_MB=${PART_MB:-56}  # MiB; a call carries one part + its SHA256SUMS (+ the zstandard wheel, 5 MB, with the
+                        # last part of the first release) + the working tree (~5 MB): under the 64 MiB per call
 # A zstd decoder for the device, whose image has no `zstd` binary.
 ZSTD_WHEEL=zstandard-0.25.0-cp312-cp312-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
 ZSTD_SHA256=5a56ba0db2d244117ed744dfa8f6f5b366e14148e00de44723413b2f3938a902
