@@ -143,6 +143,12 @@ def test_a_draft_below_the_floor_leaves_the_pod_unready_and_says_why(stack: Stac
     probe_failures = [e.message for e in core.list_namespaced_event(namespace).items
                       if e.involved_object.name == pod.metadata.name and e.reason == "Unhealthy"]
     assert any("FAIL" in m and "acceptance" in m for m in probe_failures), probe_failures
+    # ... and status says it where the user looks: Ready carries the probe's FAIL line (within a resync).
+    failing = wait_for(lambda: (o := get_dfd(core.api_client, namespace, "random")) and
+                       conditions(o)["Ready"]["reason"] == "ProbeFailing" and o, "Ready reason ProbeFailing", 120)
+    message = conditions(failing)["Ready"]["message"]
+    assert f"serving pod {pod.metadata.name} runs and fails its readiness probe: FAIL acceptance" in message, message
+    assert "< floor 0.50" in message, message
     # kopf posts events in the background: they follow the status shortly.
     wait_for(lambda: any(e.reason == "AcceptanceBelowFloor" and e.type == "Warning"
                          for e in events(core, namespace, "random")), "the AcceptanceBelowFloor warning event", 30)

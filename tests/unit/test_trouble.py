@@ -123,3 +123,42 @@ def test_a_cache_pod_waiting_for_its_claims_volume_is_not_trouble() -> None:
                                             "message": "0/4 nodes are available: 4 node(s) had untolerated taint"}])
     assert trouble.cache_trouble([no_gpu], pending).reason == "Unschedulable"  # type: ignore[union-attr]
 
+
+
+FAIL_LINE = "FAIL acceptance 0.00 < floor 0.50: 0 of 45 draft tokens accepted"
+
+
+def test_a_running_pod_that_fails_its_probe_says_the_probes_own_line_read_once_a_minute() -> None:
+    from dflash_operator.reconcile.ledger import PROBE_READ_SECONDS
+    from dflash_operator.runtime.clock import Clock
+
+    result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40, draft_block_size=16)
+    running = _pod(phase="Running", containerStatuses=[_vllm({"running": {"startedAt": "T"}})])
+    starting = _pod("coder-2", phase="Running", containerStatuses=[_vllm({"waiting": {"reason": "ContainerCreating"}})])
+    world = observed([job({"conditions": [{"type": "Complete", "status": "True"}]})],
+                     {("job", NS, JOB): [_completed_pod(result)],
+                      ("serving", NS, BODY["metadata"]["name"]): [running, starting]})
+    kube = RecordingKube(deployment_status={"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                                            "readyReplicas": 0})
+    kube.probe_lines["coder-1"] = f"Readiness probe failed: {FAIL_LINE}"
+    now = [100.0]
+    clock = Clock(monotonic=lambda: now[0])
+    ledger = Ledger()
+    for step in (0.0, PROBE_READ_SECONDS / 2, PROBE_READ_SECONDS):  # two passes inside a minute, one after it
+        now[0] = 100.0 + step
+        reconcile(kube, world, ledger, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None, clock=clock)
+        ready = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Ready") if kube.statuses else None
+    assert ready is not None and ready["reason"] == "ProbeFailing", ready
+    assert ready["message"] == f"serving pod coder-1 runs and fails its readiness probe: {FAIL_LINE}"
+    # Only the running pod is asked about (the other is still starting), and at most once per minute.
+    assert kube.events_read == ["coder-1", "coder-1"]
+
+
+def test_a_pod_not_running_or_ready_is_no_probe_question() -> None:
+    ready = _pod(phase="Running", conditions=[{"type": "Ready", "status": "True"}],
+                 containerStatuses=[_vllm({"running": {}})])
+    pending = _pod("coder-2")
+    running = _pod("coder-3", phase="Running", containerStatuses=[_vllm({"running": {}})])
+    assert trouble.probing_pods([ready, pending, running]) == ["coder-3"]
+    assert trouble.probe_trouble("p", "Readiness probe failed: FAIL no completion").message == (
+        "serving pod p runs and fails its readiness probe: FAIL no completion")

@@ -87,7 +87,7 @@ def _printer_columns() -> list[dict[str, Any]]:
          "jsonPath": ".status.speculation.recommendation.summary",
          "description": "Draft length per running batch size the window and the cost model recommend: from-to:k."},
         {"name": "Tuned", "type": "string", "priority": 1, "jsonPath": ".status.speculation.tuned.summary",
-         "description": "Draft length per running batch size the pods run because tuning Auto applied it."},
+         "description": "Draft length the pods run because tuning Auto applied it: 1-1024:k."},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

@@ -213,19 +213,20 @@ class SpeculationSpec(ApiModel):
         description="Recommend: from the window's acceptance by draft position and a cost model of verifying k "
                     "draft tokens at each running batch size, the operator publishes the draft length each batch "
                     "size should use (status.speculation.recommendation; 0 where no length pays). Auto: it also "
-                    "rolls the pods onto that schedule (one surge pod at a time, none removed before its successor "
-                    "passes the probe) when its expected speedup beats the running one by tuningMinGain, at most "
-                    "once per tuningIntervalSeconds, never during a Fallback, and only on vLLM 0.24+; the applied "
-                    "schedule is status.speculation.tuned. spec.speculation.tokensByBatchSize, when set, always "
+                    "rolls the pods onto the schedule's best single length, as a plain draft length (0: the target "
+                    "alone), one surge pod at a time, none removed before its successor passes the probe, when its "
+                    "expected speedup beats the running one by tuningMinGain, at most once per "
+                    "tuningIntervalSeconds, never during a Fallback; the applied length is "
+                    "status.speculation.tuned. spec.speculation.tokensByBatchSize, when set, always "
                     "wins. The operator never writes the spec. Off: no recommendation.",
     )] = "Recommend"
     tuning_interval_seconds: Annotated[int, Field(
-        description="Auto: the least time between two schedule changes (each one rolls the pods).",
+        description="Auto: the least time between two draft-length changes (each one rolls the pods).",
         ge=60, le=604800,
     )] = 3600
     tuning_min_gain: Annotated[float, Field(
-        description="Auto: the least relative gain in expected speedup (0.05: 5%) a new schedule must promise over "
-                    "the running one before the pods roll onto it.",
+        description="Auto: the least relative gain in expected speedup (0.05: 5%) a new draft length must promise "
+                    "over the running one before the pods roll onto it.",
         ge=0.0, le=10.0,
     )] = 0.05
     cost_model: Annotated[CostModelSpec | None, Field(

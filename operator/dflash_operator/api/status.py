@@ -64,7 +64,7 @@ class SpeculationStatus(ApiModel):
     recommendation: Annotated[SpeculationRecommendation | None, Field(
         description="The draft length each running batch size should use (spec.speculation.tuning).")] = None
     tuned: Annotated[TunedSchedule | None, Field(
-        description="Set while spec.speculation.tuning Auto has the pods run a recommended schedule.")] = None
+        description="Set while spec.speculation.tuning Auto has the pods run a recommended draft length.")] = None
 
 
 class ModelProgress(ApiModel):

@@ -52,16 +52,16 @@ class SpeculationRecommendation(ApiModel):
 
 
 class TunedSchedule(ApiModel):
-    """The schedule spec.speculation.tuning Auto applied: the pods run it (vLLM num_speculative_tokens_per_batch_size)
-    in place of spec.numSpeculativeTokens at every batch size. The spec is never written."""
+    """The draft length spec.speculation.tuning Auto applied, as one range 1-1024: the pods run it in place of
+    spec.numSpeculativeTokens (0: the target alone). The spec is never written."""
 
-    schedule: Annotated[list[RecommendedRange], Field(description="The ranges the pods run.", min_length=1)]
-    summary: Annotated[str, Field(description="The schedule in one line: from-to:k, ...")]
+    schedule: Annotated[list[RecommendedRange], Field(description="The range the pods run (1-1024).", min_length=1)]
+    summary: Annotated[str, Field(description="In one line: 1-1024:k.")]
     since: Annotated[str, Field(description="When it was applied (RFC 3339); the next change waits "
                                             "spec.speculation.tuningIntervalSeconds from here.")]
     expected_speedup: Annotated[float, Field(
         description="Its expected output tokens per second against no speculation when applied, averaged over the "
                     "cost model's batch sizes.")]
-    replaced: Annotated[str, Field(description="The schedule it replaced, from-to:k, ...")]
+    replaced: Annotated[str, Field(description="The length it replaced, 1-1024:k.")]
     replaced_expected_speedup: Annotated[float, Field(
         description="The replaced schedule's expected speedup on the same window and cost model.")]

@@ -1,10 +1,11 @@
 """The operator's only door to the API server for writes: server-side apply or create of children, status, log
-reads.
+reads, and the one event read (a failing pod's readiness-probe output).
 
 Reads of objects come from the watch-fed indexes (dflash_operator.reconcile.observed), never from here."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -13,6 +14,8 @@ from kubernetes.client.rest import ApiException
 
 from dflash_operator.api import GROUP, PLURAL, VERSION
 from dflash_operator.kube.ownership import FIELD_MANAGER, child_kind
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def load_client() -> kubernetes.client.ApiClient:
@@ -104,6 +107,21 @@ class Kube:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         self._call(path, "PATCH", body={"status": status}, content_type="application/merge-patch+json",
                    query=[("fieldManager", FIELD_MANAGER)])
+
+    def newest_pod_event(self, namespace: str, pod: str, reason: str, starting: str) -> str:
+        """The message of the pod's newest event with this reason whose message starts with `starting` (the
+        kubelet's Unhealthy events carry a probe's output), or '' when there is none or the read fails."""
+        try:
+            events = self.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},reason={reason}",
+                _request_timeout=5).items
+        except (ApiException, OSError):
+            return ""
+        found = [e for e in events if (e.message or "").startswith(starting)]
+        if not found:
+            return ""
+        newest = max(found, key=lambda e: e.last_timestamp or e.event_time or e.first_timestamp or _EPOCH)
+        return str(newest.message or "")
 
     def last_log_line(self, namespace: str, pod: str, container: str) -> str:
         """The container's last log line, or '' when there is none yet (not started, node unreachable)."""

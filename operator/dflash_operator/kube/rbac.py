@@ -36,7 +36,8 @@ def namespaced_rules() -> list[dict[str, Any]]:
         _rule("", ["pods"], READ),  # the pods index: cache steps' results, serving pods' state and /metrics
         _rule("", ["pods/log"], ["get"]),  # the download's progress line
         _rule("", ["resourcequotas"], READ),  # the quota index (reconcile.capacity)
-        _rule("", ["events"], ["create", "patch"]),
+        # create/patch: the events it posts; list: a failing serving pod's Unhealthy events (the probe's FAIL line)
+        _rule("", ["events"], ["create", "patch", "list"]),
     ]
 
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+# How often a pod that fails its readiness probe has its events read (the kubelet probes every 10 s; status needs
+# the gist, not every failure).
+PROBE_READ_SECONDS = 60.0
 
 
 def fingerprint(obj: Any) -> str:
@@ -47,6 +51,33 @@ class Ledger:
         # DFlashDeployment uids whose namespace refused a create as NamespaceTerminating. A namespace being deleted
         # never comes back, and a DFlashDeployment never changes namespace: its passes are over until it is gone.
         self._namespace_going: set[str] = set()
+        # DFlashDeployment uid -> pod name -> (monotonic time of the read, the probe's failure line): a failing pod's
+        # events are read at most once per PROBE_READ_SECONDS, and only while it fails.
+        self._probe_reads: dict[str, dict[str, tuple[float, str]]] = {}
+
+    def probe_failure(self, uid: str, pod: str, now: float, read: Callable[[], str]) -> str:
+        """The pod's readiness-probe failure line, read with `read` when no read of it is younger than
+        PROBE_READ_SECONDS. Pods no longer asked about are forgotten with their owner."""
+        with self._lock:
+            known = self._probe_reads.get(uid, {}).get(pod)
+        if known is not None and now - known[0] < PROBE_READ_SECONDS:
+            return known[1]
+        line = read()
+        with self._lock:
+            self._probe_reads.setdefault(uid, {})[pod] = (now, line)
+        return line
+
+    def forget_probe_reads(self, uid: str, keep: Iterable[str]) -> None:
+        """Drops what was read of pods that no longer fail (ready, replaced, gone)."""
+        keep = set(keep)
+        with self._lock:
+            reads = self._probe_reads.get(uid)
+            if reads is None:
+                return
+            for pod in [p for p in reads if p not in keep]:
+                del reads[pod]
+            if not reads:
+                del self._probe_reads[uid]
 
     def applied_unseen(self, obj: dict[str, Any]) -> bool:
         """True when exactly this object was applied and the watch has not shown it (nor its deletion) yet."""
@@ -106,3 +137,4 @@ class Ledger:
             self._status.pop(uid, None)
             self._preflighted.pop(uid, None)
             self._namespace_going.discard(uid)
+            self._probe_reads.pop(uid, None)

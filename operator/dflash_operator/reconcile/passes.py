@@ -165,7 +165,9 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     served = auto.as_served(dfd, tuned)
     probe = (status.PLAIN_PROBE if fallback is not None else status.SPECULATIVE_PROBE
              if probe_speculates(served.spec) else status.UNSCHEDULED_PROBE)
-    pods_say = trouble.serving_trouble(deployment, observed.serving_pods(namespace, name))
+    serving_pods = observed.serving_pods(namespace, name)
+    pods_say = trouble.serving_trouble(deployment, serving_pods) or _probe_says(
+        kube, ledger, clock, meta["uid"], namespace, serving_pods)
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe, pods_say)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
     if measure:
@@ -343,6 +345,21 @@ def _cache_outcome(kube: Kube, observed: Observed, namespace: str, job_name: str
     # Progress is the last JSON line the download step printed; read only while it runs.
     last_line = kube.last_log_line(namespace, fetching[0]["metadata"]["name"], FETCH_CONTAINER) if fetching else ""
     return cache_outcome.cache_outcome(job, pods, last_line)
+
+
+def _probe_says(kube: Kube, ledger: Ledger, clock: Clock, uid: str, namespace: str,
+                pods: list[dict[str, Any]]) -> trouble.Trouble | None:
+    """A running pod that fails its readiness probe: the probe's own FAIL line, from the kubelet's event (read only
+    for such pods, at most once a minute each: nothing for pods that serve or are still starting)."""
+    failing = trouble.probing_pods(pods)
+    ledger.forget_probe_reads(uid, failing)
+    for pod in failing:
+        def read(pod: str = pod) -> str:
+            return kube.newest_pod_event(namespace, pod, "Unhealthy", trouble.READINESS_FAILED)
+        said = ledger.probe_failure(uid, pod, clock.monotonic(), read)
+        if said:
+            return trouble.probe_trouble(pod, said)
+    return None
 
 
 def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec,

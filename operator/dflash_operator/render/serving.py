@@ -78,9 +78,19 @@ def speculative_config(spec: DFlashDeploymentSpec) -> str:
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
 
+def drafts_anywhere(spec: DFlashDeploymentSpec) -> bool:
+    """False when spec.speculation.tokensByBatchSize proposes 0 draft tokens at every batch size: such a schedule is
+    served as the target alone. vLLM 0.26 still runs the draft's pass at K = 0, and its V1 runner drops to piecewise
+    CUDA graphs under any schedule: measured on the H200, 0.16-0.41x of no speculation (docs/operations.md)."""
+    schedule = spec.speculation.tokens_by_batch_size
+    return not schedule or any(r.num_speculative_tokens > 0 for r in schedule)
+
+
 def vllm_args(dfd: DFlashDeployment, speculate: bool = True) -> list[str]:
-    """`speculate` False (spec.speculation.onLowAcceptance Fallback in force): the target alone, no draft."""
+    """`speculate` False (spec.speculation.onLowAcceptance Fallback in force): the target alone, no draft; so too
+    a schedule that drafts nowhere (drafts_anywhere)."""
     spec = dfd.spec
+    speculate = speculate and drafts_anywhere(spec)
     # --model rather than the positional form: both entrypoints of vLLM images (`vllm serve` from 0.9 on, the
     # api_server module before) accept it.
     args = [

@@ -1,21 +1,27 @@
-"""spec.speculation.tuning = Auto: whether the pods roll onto the recommended schedule now. Pure: the applied
-schedule comes in from status, the time from the caller.
+"""spec.speculation.tuning = Auto: whether the pods roll onto a new draft length now. Pure: the applied length
+comes in from status, the time from the caller.
 
-The schedule is rendered into the pods the operator owns (vLLM's num_speculative_tokens_per_batch_size) and reported
-in status.speculation.tuned; the user's spec is never written, so Auto cannot fight Argo CD or Flux over it. A change
-rolls the pods the way the Deployment's strategy rolls any template change (one surge pod, none removed before its
-successor passes the speculative probe), so it is rationed: only for a gain of tuningMinGain or more in expected
-speedup over what runs, at most once per tuningIntervalSeconds.
+Auto applies ONE draft length, the recommended schedule's length with the highest expected speedup over the measured
+batch sizes, rendered as a plain num_speculative_tokens (0: the target alone, no draft). Not vLLM's per-batch-size
+schedule: on the H200 with vLLM 0.26 (bench/results/gpu-lane-cost-2026-12-05.json) a schedule made the V1 runner drop
+to piecewise CUDA graphs and still ran the draft at K = 0, so the recommended schedule served at 0.43-0.63x of the
+best static length, and "0 everywhere" at 0.16-0.41x of no speculation. A static length keeps full graphs on every
+release, so Auto needs no vLLM feature (and works under data parallelism).
+
+The length is rendered into the pods the operator owns and reported in status.speculation.tuned; the user's spec is
+never written, so Auto cannot fight Argo CD or Flux over it. A change rolls the pods the way the Deployment's strategy
+rolls any template change (one surge pod, none removed before its successor passes its probe), so it is rationed:
+only for a gain of tuningMinGain or more in expected speedup over what runs, at most once per tuningIntervalSeconds.
+The window measures acceptance only up to the length that runs, so Auto can lower a length but never raise it past
+what runs (a change of the speculation settings starts over); at 0 nothing is measured, and 0 holds like a Fallback.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dflash_cache.pairing import parse_version
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.api.models import BatchSizeTokens
 from dflash_operator.api.status import SpeculationStatus
@@ -23,12 +29,10 @@ from dflash_operator.api.tuning import RecommendedRange, TunedSchedule
 from dflash_operator.runtime.clock import parse_rfc3339, rfc3339
 from dflash_operator.speculation import autopilot, tuner
 
-# Event reason of a schedule change.
+# Event reason of a draft-length change.
 SPECULATION_TUNED = "SpeculationTuned"
-# vLLM's num_speculative_tokens_per_batch_size (vllm_features.FEATURES, the same field for a user's schedule).
-PER_BATCH_SIZE_SINCE = (0, 24)
-# vLLM turns the per-batch-size schedule off under data parallelism.
-_DATA_PARALLEL = re.compile(r"^--data-parallel-size(?:=(\d+))?$")
+# The one range Auto's length covers (the API's largest batch size).
+_ALL_SIZES = (1, 1024)
 
 
 @dataclass(frozen=True)
@@ -48,15 +52,38 @@ def in_force(dfd: DFlashDeployment, previous: SpeculationStatus | None) -> Tuned
     return still.tuned
 
 
+def tuned_length(tuned: TunedSchedule | None) -> int | None:
+    """The one draft length Auto applied, or None (none applied, or a schedule of several lengths, which this
+    operator never applies)."""
+    if tuned is None or len({r.num_speculative_tokens for r in tuned.schedule}) != 1:
+        return None
+    return tuned.schedule[0].num_speculative_tokens
+
+
 def as_served(dfd: DFlashDeployment, tuned: TunedSchedule | None) -> DFlashDeployment:
-    """The DFlashDeployment as the pods should run it: with Auto's schedule where a user's tokensByBatchSize would
-    be, so it is rendered by the same code (and vLLM takes it the same way). Only for rendering; never written."""
-    if tuned is None:
+    """The DFlashDeployment as the pods should run it: Auto's length as spec.numSpeculativeTokens, or for 0 a
+    schedule of 0 at every batch size (rendered as the target alone, render.serving.drafts_anywhere), so the same
+    code renders it. Only for rendering; never written."""
+    k = tuned_length(tuned)
+    if k is None:
         return dfd
-    schedule = [BatchSizeTokens(from_batch_size=r.from_batch_size, to_batch_size=r.to_batch_size,
-                                num_speculative_tokens=r.num_speculative_tokens) for r in tuned.schedule]
-    speculation = dfd.spec.speculation.model_copy(update={"tokens_by_batch_size": schedule})
+    if k > 0:
+        return dfd.model_copy(update={"spec": dfd.spec.model_copy(update={"num_speculative_tokens": k})})
+    off = [BatchSizeTokens(from_batch_size=_ALL_SIZES[0], to_batch_size=_ALL_SIZES[1], num_speculative_tokens=0)]
+    speculation = dfd.spec.speculation.model_copy(update={"tokens_by_batch_size": off})
     return dfd.model_copy(update={"spec": dfd.spec.model_copy(update={"speculation": speculation})})
+
+
+def best_length(found: tuner.Recommendation, acceptance_by_position: Sequence[float], cost: tuner.CostModel,
+                weights: Mapping[int, float]) -> tuple[int, float]:
+    """Of the recommended schedule's lengths, the one with the highest expected speedup when run at every batch size
+    (ties: the shorter); with its speedup."""
+    best_k, best = 0, 1.0
+    for k in sorted({r.k for r in found.ranges} - {0}):
+        speedup = tuner.schedule_speedup(k, acceptance_by_position, cost, weights)
+        if speedup > best * (1 + 1e-9):
+            best_k, best = k, speedup
+    return best_k, best
 
 
 def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Recommendation | None,
@@ -69,58 +96,31 @@ def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Reco
         return TuningDecision(None)
     if spec.speculation.tokens_by_batch_size:
         return TuningDecision(None, "spec.speculation.tokensByBatchSize is set: the pods run it, Auto leaves it")
-    version = parse_version(vllm_version)
-    if version is None or version < PER_BATCH_SIZE_SINCE:
-        return TuningDecision(None, f"Auto needs vLLM {PER_BATCH_SIZE_SINCE[0]}.{PER_BATCH_SIZE_SINCE[1]}+ "
-                                    f"(num_speculative_tokens_per_batch_size); the serving image is "
-                                    f"{'vLLM ' + vllm_version if vllm_version else 'of an unknown vLLM'}: "
-                                    f"recommending only")
-    if _data_parallel(spec.extra_args):
-        return TuningDecision(None, "vLLM turns the per-batch-size schedule off under data parallelism "
-                                    "(--data-parallel-size in extraArgs): recommending only")
     if found is None or cost is None:
         return TuningDecision(tuned)  # nothing new measured: what runs stays
     waited = (now - parse_rfc3339(tuned.since)).total_seconds() if tuned is not None else None
     if waited is not None and waited < spec.speculation.tuning_interval_seconds:
         return TuningDecision(tuned)
-    running: Sequence[tuner.ScheduleRange] | int = (
-        _ranges(tuned.schedule) if tuned is not None else spec.num_speculative_tokens)
+    running = tuned_length(tuned)
+    if running is None:
+        running = spec.num_speculative_tokens
     weights = dict.fromkeys(found.batch_sizes, 1.0)
     try:
         before = tuner.schedule_speedup(running, acceptance_by_position, cost, weights)
     except ValueError as unknown:  # a running draft length the cost model or the window never measured
         return TuningDecision(tuned, f"Auto cannot judge what runs: {unknown}")
-    after = tuner.schedule_speedup(found.ranges, acceptance_by_position, cost, weights)
-    new_summary = _summary(found.ranges)
-    running_summary = _summary(running) if not isinstance(running, int) else f"1-1024:{running}"
-    if new_summary == running_summary or after < before * (1 + spec.speculation.tuning_min_gain):
+    k, after = best_length(found, acceptance_by_position, cost, weights)
+    if k == running or after < before * (1 + spec.speculation.tuning_min_gain):
         return TuningDecision(tuned)
+    summary, replaced = (f"{_ALL_SIZES[0]}-{_ALL_SIZES[1]}:{length}" for length in (k, running))
     applied = TunedSchedule(
-        schedule=[RecommendedRange(from_batch_size=r.from_batch_size, to_batch_size=r.to_batch_size,
-                                   num_speculative_tokens=r.k, expected_speedup=round(r.expected_speedup_low, 2))
-                  for r in found.ranges],
-        summary=new_summary, since=rfc3339(now), expected_speedup=round(after, 2), replaced=running_summary,
+        schedule=[RecommendedRange(from_batch_size=_ALL_SIZES[0], to_batch_size=_ALL_SIZES[1],
+                                   num_speculative_tokens=k, expected_speedup=round(after, 2))],
+        summary=summary, since=rfc3339(now), expected_speedup=round(after, 2), replaced=replaced,
         replaced_expected_speedup=round(before, 2))
     sizes = ", ".join(str(b) for b in found.batch_sizes)
+    what = "the target alone, no draft length pays" if k == 0 else f"{k} draft tokens"
     return TuningDecision(applied, event=(
-        f"the pods roll onto draft lengths {new_summary} (from-to:k): expected {after:.2f}x of no speculation over "
-        f"batch sizes {sizes}, against {before:.2f}x with {running_summary}; next change no sooner than "
+        f"the pods roll onto {summary} (from-to:k; {what}): expected {after:.2f}x of no speculation over batch "
+        f"sizes {sizes}, against {before:.2f}x with {replaced}; next change no sooner than "
         f"{spec.speculation.tuning_interval_seconds} s from now"))
-
-
-def _ranges(schedule: Sequence[RecommendedRange]) -> list[tuner.ScheduleRange]:
-    return [tuner.ScheduleRange(r.from_batch_size, r.to_batch_size, r.num_speculative_tokens, r.expected_speedup,
-                                r.expected_speedup) for r in schedule]
-
-
-def _summary(ranges: Sequence[tuner.ScheduleRange]) -> str:
-    return ", ".join(f"{r.from_batch_size}-{r.to_batch_size}:{r.k}" for r in ranges)
-
-
-def _data_parallel(extra_args: Sequence[str]) -> bool:
-    for i, arg in enumerate(extra_args):
-        match = _DATA_PARALLEL.match(arg)
-        if match:
-            size = match.group(1) or (extra_args[i + 1] if i + 1 < len(extra_args) else "1")
-            return size.isdigit() and int(size) > 1
-    return False

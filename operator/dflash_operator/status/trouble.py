@@ -18,6 +18,9 @@ IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 OOM_KILLED = "OOMKilled"
 PODS_REFUSED = "PodsRefused"
+PROBE_FAILING = "ProbeFailing"
+# The kubelet's event message for a failed readiness check starts so; the rest is the probe's own output.
+READINESS_FAILED = "Readiness probe failed:"
 
 # The kubelet's waiting reasons for an image it could not get.
 _PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -101,6 +104,28 @@ def serving_trouble(deployment: Mapping[str, Any] | None, pods: Sequence[Mapping
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     troubles += [pod_trouble(p, f"serving pod {p['metadata'].get('name')}") for p in live]
     return _worst(troubles)
+
+
+def probing_pods(pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Serving pods whose containers all run and that are not ready: the readiness probe is what holds them back
+    (the startup probe has passed; a crash or a pull shows in the container states instead)."""
+    found = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        containers = status.get("containerStatuses") or []
+        if ((pod.get("metadata") or {}).get("deletionTimestamp") or status.get("phase") != "Running"
+                or status.get("ready") or not containers
+                or not all("running" in (c.get("state") or {}) for c in containers)):
+            continue
+        found.append(pod["metadata"]["name"])
+    return found
+
+
+def probe_trouble(pod: str, kubelet_says: str) -> Trouble:
+    """The probe's own verdict (its FAIL line: acceptance under the floor, no completion) as the kubelet relayed it."""
+    line = kubelet_says.removeprefix(READINESS_FAILED).strip()
+    return Trouble(PROBE_FAILING, f"serving pod {pod} runs and fails its readiness probe: {error_line(line) or line}",
+                   stalled=False)
 
 
 def cache_trouble(pods: Sequence[Mapping[str, Any]], claim: Mapping[str, Any] | None) -> Trouble | None:
