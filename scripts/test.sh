@@ -31,6 +31,9 @@ if [ "$only" = all ]; then
   tier node 1500 .venv/bin/python -m pytest tests/node -q
   tier hub 300 bash tests/hub/run.sh
   tier vllm 900 bash tests/vllm/run.sh
+  # kind and docker as users run them (docker build, kind create cluster, kind load, helm install); last, since it
+  # starts its own dockerd and cluster and takes both down again.
+  tier kind 600 bash tests/kind/run.sh
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

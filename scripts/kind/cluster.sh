@@ -18,6 +18,10 @@ NODE_IMAGE=dflash/kind-node:v1.37.2
 OPERATOR_IMAGE=dflash-operator:kind
 NETWORK=dflash-kind SUBNET=172.31.250.0/24
 KIND_VERSION=v0.33.0
+# No hub is reachable from here (nothing may leave this machine): the cache Job is pointed at an in-cluster name that
+# CoreDNS answers NXDOMAIN for itself (cluster.local is its own zone, never forwarded), so its fetch fails inside the
+# cluster instead of sending a lookup for huggingface.co out through docker's DNS.
+HUB_ENDPOINT=${DFLASH_KIND_HUB:-http://no-hub.dflash-system.svc.cluster.local:8080}
 kind=$cache/kind/bin/kind
 export DOCKER_HOST=unix://$cache/docker/docker.sock
 export KUBECONFIG=$cache/kind/kubeconfig KUBECACHEDIR=$cache/kind/kubecache
@@ -53,6 +57,7 @@ up() {
   "$kind" load docker-image "$OPERATOR_IMAGE" --name "$NAME" >/dev/null; say "operator image loaded"
   helm upgrade --install dflash "$repo/charts/dflash-operator" -n dflash-system --create-namespace \
     --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE#*:}" --set image.pullPolicy=Never \
+    --set hub.endpoint="$HUB_ENDPOINT" \
     --wait --timeout 300s >/dev/null
   # A new image under the same tag: restart so the pods run it (helm sees no change in the rendered chart).
   kubectl -n dflash-system rollout restart deploy/dflash-dflash-operator >/dev/null

@@ -1,8 +1,9 @@
 """The kind tier (issue 25, docs/kind.md): runs against the cluster `bash scripts/kind/cluster.sh up` leaves running.
 
-Not part of scripts/test.sh yet. Run it as
+scripts/test.sh runs it as `bash tests/kind/run.sh` (cluster up, these tests, cluster down). By hand, against a
+cluster left up:
     eval "$(bash scripts/kind/cluster.sh env)" && .venv/bin/python -m pytest tests/kind -q
-Skips when that cluster is not reachable.
+Fails (never skips) when that cluster is not reachable.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def get(*args: str) -> Any:
 @pytest.fixture(scope="module", autouse=True)
 def kind_cluster() -> None:
     if not Path(KUBECONFIG).exists() or kubectl("get", "--raw", "/readyz", check=False).returncode != 0:
-        pytest.skip(f"no kind cluster at {KUBECONFIG}: run `bash scripts/kind/cluster.sh up`")
+        pytest.fail(f"no kind cluster at {KUBECONFIG}: run `bash scripts/kind/cluster.sh up`", pytrace=False)
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120) -> Any:
@@ -128,5 +128,30 @@ spec:
         message = wait_for("the fetch's error in status", lambda: "retrying after" in (
             m := conditions(get("dfd", "-n", namespace, "coder"))["CacheReady"]["message"]) and m, timeout=180)
         assert "cannot reach the hub" in message
+    finally:
+        set_fake_gpus(None)
+
+
+@pytest.mark.timeout(240)
+def test_a_claim_kinds_storage_cannot_provision_says_why(namespace: str) -> None:
+    # The default accessMode (ReadWriteMany): kind's local-path refuses it, and only in the claim's own events.
+    manifest = f"""
+apiVersion: serving.dflash.dev/v1alpha1
+kind: DFlashDeployment
+metadata: {{name: shared, namespace: {namespace}}}
+spec:
+  target: {{repo: Qwen/Qwen3-Coder-Next}}
+  draft: {{repo: z-lab/Qwen3-Coder-Next-DFlash}}
+  tensorParallelSize: 1
+  cache: {{size: 1Gi}}
+"""
+    set_fake_gpus(4)
+    try:
+        kubectl("apply", "-f", "-", input=manifest)
+        ready = wait_for("Ready reason ClaimPending", lambda: (
+            c := conditions(get("dfd", "-n", namespace, "shared")).get("Ready")) and c["reason"] == "ClaimPending"
+            and c, timeout=180)
+        assert "NodePath only supports ReadWriteOnce" in ready["message"], ready
+        assert get("pvc", "-n", namespace)["items"][0]["status"]["phase"] == "Pending"
     finally:
         set_fake_gpus(None)

@@ -20,6 +20,7 @@ DECIDERS = ["status/conditions.py", "status/trouble.py", "reconcile/capacity.py"
 # CamelCase strings in those modules that are not our reasons: condition types, kinds, the kubelet's own reasons.
 NOT_REASONS = {"CacheReady", "ModelsCompatible", "SpeculationHealthy", "ReplicaFailure", "PodScheduled",
                "PersistentVolumeClaim", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "DFlashDeployment",
+               "ProvisioningFailed",  # the provisioner's event reason (reconcile.passes reads it)
                # node affinity operators and taint effects (reconcile.capacity)
                "NotIn", "DoesNotExist", "NoSchedule", "NoExecute", "PreferNoSchedule"}
 CAMEL = re.compile(r"^(?=(?:.*[A-Z]){2})[A-Z][A-Za-z]*[a-z][A-Za-z]*$")

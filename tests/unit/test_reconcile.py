@@ -45,13 +45,14 @@ class RecordingKube:
         self.statuses: list[dict] = []
         self.logs_read: list[tuple[str, str]] = []
         self.dry_runs: list[tuple[str, str, str]] = []
-        self.probe_lines: dict[str, str] = {}  # pod name -> the kubelet's Unhealthy message
+        self.event_lines: dict[tuple[str, str, str], str] = {}  # (kind, name, reason) -> the newest message
         self.events_read: list[str] = []
 
-    def newest_pod_event(self, namespace: str, pod: str, reason: str, starting: str) -> str:
-        self.events_read.append(pod)
-        message = self.probe_lines.get(pod, "")
-        return message if reason == "Unhealthy" and message.startswith(starting) else ""
+    def newest_event(self, namespace: str, kind: str, name: str, reason: str, starting: str | tuple[str, ...]
+                     ) -> str:
+        self.events_read.append(name)
+        message = self.event_lines.get((kind, name, reason), "")
+        return message if message.startswith(starting) else ""
 
     def last_log_line(self, namespace: str, pod: str, container: str) -> str:
         self.logs_read.append((pod, container))

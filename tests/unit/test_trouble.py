@@ -129,7 +129,7 @@ FAIL_LINE = "FAIL acceptance 0.00 < floor 0.50: 0 of 45 draft tokens accepted"
 
 
 def test_a_running_pod_that_fails_its_probe_says_the_probes_own_line_read_once_a_minute() -> None:
-    from dflash_operator.reconcile.ledger import PROBE_READ_SECONDS
+    from dflash_operator.reconcile.ledger import EVENT_READ_SECONDS
     from dflash_operator.runtime.clock import Clock
 
     result = CacheResult(ok=True, target_commit="a" * 40, draft_commit="b" * 40, draft_block_size=16)
@@ -140,11 +140,11 @@ def test_a_running_pod_that_fails_its_probe_says_the_probes_own_line_read_once_a
                       ("serving", NS, BODY["metadata"]["name"]): [running, starting]})
     kube = RecordingKube(deployment_status={"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
                                             "readyReplicas": 0})
-    kube.probe_lines["coder-1"] = f"Readiness probe failed: {FAIL_LINE}"
+    kube.event_lines["Pod", "coder-1", "Unhealthy"] = f"Readiness probe failed: {FAIL_LINE}"
     now = [100.0]
     clock = Clock(monotonic=lambda: now[0])
     ledger = Ledger()
-    for step in (0.0, PROBE_READ_SECONDS / 2, PROBE_READ_SECONDS):  # two passes inside a minute, one after it
+    for step in (0.0, EVENT_READ_SECONDS / 2, EVENT_READ_SECONDS):  # two passes inside a minute, one after it
         now[0] = 100.0 + step
         reconcile(kube, world, ledger, copy.deepcopy(BODY), OperatorConfig(), lambda *e: None, clock=clock)
         ready = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Ready") if kube.statuses else None
@@ -160,5 +160,56 @@ def test_a_pod_not_running_or_ready_is_no_probe_question() -> None:
     pending = _pod("coder-2")
     running = _pod("coder-3", phase="Running", containerStatuses=[_vllm({"running": {}})])
     assert trouble.probing_pods([ready, pending, running]) == ["coder-3"]
-    assert trouble.probe_trouble("p", "Readiness probe failed: FAIL no completion").message == (
+    assert trouble.probe_trouble("p", "Readiness probe failed: FAIL no completion").message == (  # type: ignore
         "serving pod p runs and fails its readiness probe: FAIL no completion")
+    # The startup probe is the speculative probe too; while vLLM loads it only says the server does not answer.
+    assert trouble.probe_trouble("p", "Startup probe failed: FAIL acceptance 0.00 < floor 0.50: 0 of 45").message == (
+        "serving pod p runs and fails its startup probe: FAIL acceptance 0.00 < floor 0.50: 0 of 45")  # type: ignore
+    starting = "Startup probe failed: FAIL metrics: server unreachable at http://127.0.0.1:8000: connection refused"
+    assert trouble.probe_trouble("p", starting) is None and trouble.probe_trouble("p", "") is None
+
+
+def test_a_claim_its_provisioner_refuses_says_the_provisioners_words_while_downloading() -> None:
+    from dflash_operator.api import DFlashDeployment
+    from dflash_operator.render.cache import cache_name
+
+    name = cache_name(DFlashDeployment.model_validate(BODY))
+    refused = ("failed to provision volume with StorageClass \"standard\": NodePath only supports ReadWriteOnce and "
+               "ReadWriteOncePod access modes")
+    waiting = _pod("cache-pod", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                             "message": "0/2 nodes are available: pod has unbound immediate "
+                                                        "PersistentVolumeClaims."}])
+
+    def world(phase: str, annotations: dict | None = None):
+        claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "status": {"phase": phase}, "spec": {},
+                 "metadata": {"name": name, "namespace": NS, "annotations": annotations or {},
+                              "creationTimestamp": "2099-01-01T00:00:00Z"}}
+        return observed([job({"active": 1}), claim], {("job", NS, JOB): [waiting]})
+
+    # A fresh claim the scheduler has not picked a node for yet: a provisioner at work, nothing read.
+    fresh = RecordingKube()
+    reconcile(fresh, world("Pending"), Ledger(), copy.deepcopy(BODY), OperatorConfig(), lambda *e: None)
+    assert fresh.events_read == []
+
+    kube = RecordingKube()
+    kube.event_lines["PersistentVolumeClaim", name, "ProvisioningFailed"] = refused
+    picked = {"volume.kubernetes.io/selected-node": "worker"}
+    reconcile(kube, world("Pending", picked), Ledger(), copy.deepcopy(BODY), OperatorConfig(), lambda *e: None)
+    ready = next(c for c in kube.statuses[-1]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "ClaimPending" and "NodePath only supports ReadWriteOnce" in ready["message"], ready
+    assert name in ready["message"] and kube.events_read == [name]
+    # Bound: nothing to read, and the download's own words again.
+    bound = RecordingKube()
+    reconcile(bound, world("Bound", picked), Ledger(), copy.deepcopy(BODY), OperatorConfig(), lambda *e: None)
+    assert bound.events_read == []
+    assert next(c for c in bound.statuses[-1]["conditions"] if c["type"] == "Ready")["reason"] != "ClaimPending"
+
+
+def test_a_claim_pending_a_minute_counts_as_stalled_provisioning_without_a_node_mark() -> None:
+    from dflash_operator.reconcile.cluster_says import provisioning_stalled
+
+    claim = {"metadata": {"creationTimestamp": "2026-12-05T08:00:00Z"}, "status": {"phase": "Pending"}}
+    born = 1796457600.0  # 2026-12-05T08:00:00Z
+    assert not provisioning_stalled(claim, born + 59) and provisioning_stalled(claim, born + 60)
+    assert not provisioning_stalled({**claim, "status": {"phase": "Bound"}}, born + 600)
+    assert not provisioning_stalled(None, born)

@@ -1,5 +1,5 @@
 """The operator's only door to the API server for writes: server-side apply or create of children, status, log
-reads, and the one event read (a failing pod's readiness-probe output).
+reads, and event reads for objects in trouble (a failing pod's probe output, a claim's provisioning failure).
 
 Reads of objects come from the watch-fed indexes (dflash_operator.reconcile.observed), never from here."""
 
@@ -108,12 +108,14 @@ class Kube:
         self._call(path, "PATCH", body={"status": status}, content_type="application/merge-patch+json",
                    query=[("fieldManager", FIELD_MANAGER)])
 
-    def newest_pod_event(self, namespace: str, pod: str, reason: str, starting: str) -> str:
-        """The message of the pod's newest event with this reason whose message starts with `starting` (the
-        kubelet's Unhealthy events carry a probe's output), or '' when there is none or the read fails."""
+    def newest_event(self, namespace: str, kind: str, name: str, reason: str, starting: str | tuple[str, ...]
+                     ) -> str:
+        """The message of the object's newest event with this reason whose message starts with `starting` (the
+        kubelet's Unhealthy events carry a probe's output; a provisioner's ProvisioningFailed, its refusal), or ''
+        when there is none or the read fails."""
         try:
             events = self.core.list_namespaced_event(
-                namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod},reason={reason}",
+                namespace, field_selector=f"involvedObject.kind={kind},involvedObject.name={name},reason={reason}",
                 _request_timeout=5).items
         except (ApiException, OSError):
             return ""

@@ -29,7 +29,7 @@ import kopf
 from dflash_operator.api import GROUP, KIND, PLURAL, VERSION, DFlashDeployment
 from dflash_operator.kube.client import Kube, load_client
 from dflash_operator.kube.ownership import CHILD_KINDS, MANAGED_BY, MANAGED_BY_LABEL
-from dflash_operator.reconcile import capacity
+from dflash_operator.reconcile import capacity, cluster_says
 from dflash_operator.reconcile.cache_outcome import fetch_running
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.observed import (
@@ -52,7 +52,7 @@ from dflash_operator.reconcile.observed import (
 )
 from dflash_operator.reconcile.passes import NamespaceTerminating, RetryLater, reconcile
 from dflash_operator.reconcile.workqueue import WorkQueue
-from dflash_operator.render.cache import cache_job_name
+from dflash_operator.render.cache import cache_claim_of_job, cache_job_name
 from dflash_operator.runtime import metrics
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.runtime.memory import release_free_memory
@@ -304,6 +304,12 @@ def resync(memo: kopf.Memo, observed: Observed, body: Mapping[str, Any]) -> None
     if job is None:
         return  # an invalid spec has no cache; its Stalled status came from the event handler
     if any(fetch_running(p) for p in observed.job_pods(namespace, job)):
+        _run(memo, body, observed)
+        return
+    # A claim its provisioner was asked for and has not bound: the provisioner's refusal is only in the claim's
+    # events, and nothing watched changes while it retries (cluster_says reads them at most once a minute).
+    claim = observed.child("v1", "PersistentVolumeClaim", namespace, cache_claim_of_job(job))
+    if cluster_says.provisioning_stalled(claim, time.time()):
         _run(memo, body, observed)
 
 

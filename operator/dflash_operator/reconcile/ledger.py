@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
-# How often a pod that fails its readiness probe has its events read (the kubelet probes every 10 s; status needs
-# the gist, not every failure).
-PROBE_READ_SECONDS = 60.0
+# How often an object in trouble has its events read (a pod failing its readiness probe, a claim its provisioner
+# cannot provision; the kubelet probes every 10 s): status needs the gist, not every failure.
+EVENT_READ_SECONDS = 60.0
 
 
 def fingerprint(obj: Any) -> str:
@@ -51,33 +51,33 @@ class Ledger:
         # DFlashDeployment uids whose namespace refused a create as NamespaceTerminating. A namespace being deleted
         # never comes back, and a DFlashDeployment never changes namespace: its passes are over until it is gone.
         self._namespace_going: set[str] = set()
-        # DFlashDeployment uid -> pod name -> (monotonic time of the read, the probe's failure line): a failing pod's
-        # events are read at most once per PROBE_READ_SECONDS, and only while it fails.
-        self._probe_reads: dict[str, dict[str, tuple[float, str]]] = {}
+        # DFlashDeployment uid -> object ("pod/NAME", "claim/NAME") -> (monotonic time of the read, what its events
+        # said): an object in trouble has its events read at most once per EVENT_READ_SECONDS, only while in trouble.
+        self._event_reads: dict[str, dict[str, tuple[float, str]]] = {}
 
-    def probe_failure(self, uid: str, pod: str, now: float, read: Callable[[], str]) -> str:
-        """The pod's readiness-probe failure line, read with `read` when no read of it is younger than
-        PROBE_READ_SECONDS. Pods no longer asked about are forgotten with their owner."""
+    def recent_read(self, uid: str, key: str, now: float, read: Callable[[], str]) -> str:
+        """What `read` says of the object `key`, read again only when no read of it is younger than
+        EVENT_READ_SECONDS. Everything read is forgotten with its owner."""
         with self._lock:
-            known = self._probe_reads.get(uid, {}).get(pod)
-        if known is not None and now - known[0] < PROBE_READ_SECONDS:
+            known = self._event_reads.get(uid, {}).get(key)
+        if known is not None and now - known[0] < EVENT_READ_SECONDS:
             return known[1]
-        line = read()
+        said = read()
         with self._lock:
-            self._probe_reads.setdefault(uid, {})[pod] = (now, line)
-        return line
+            self._event_reads.setdefault(uid, {})[key] = (now, said)
+        return said
 
-    def forget_probe_reads(self, uid: str, keep: Iterable[str]) -> None:
-        """Drops what was read of pods that no longer fail (ready, replaced, gone)."""
+    def forget_reads(self, uid: str, keep: Iterable[str]) -> None:
+        """Drops what was read of objects no longer in trouble (ready, bound, replaced, gone)."""
         keep = set(keep)
         with self._lock:
-            reads = self._probe_reads.get(uid)
+            reads = self._event_reads.get(uid)
             if reads is None:
                 return
-            for pod in [p for p in reads if p not in keep]:
-                del reads[pod]
+            for key in [k for k in reads if k not in keep]:
+                del reads[key]
             if not reads:
-                del self._probe_reads[uid]
+                del self._event_reads[uid]
 
     def applied_unseen(self, obj: dict[str, Any]) -> bool:
         """True when exactly this object was applied and the watch has not shown it (nor its deletion) yet."""
@@ -137,4 +137,4 @@ class Ledger:
             self._status.pop(uid, None)
             self._preflighted.pop(uid, None)
             self._namespace_going.discard(uid)
-            self._probe_reads.pop(uid, None)
+            self._event_reads.pop(uid, None)

@@ -28,7 +28,7 @@ from dflash_operator.api.tuning import TunedSchedule
 from dflash_operator.kube.client import Kube
 from dflash_operator.kube.errors import already_exists, api_message, namespace_terminating
 from dflash_operator.kube.ownership import field_manager
-from dflash_operator.reconcile import cache_outcome, capacity
+from dflash_operator.reconcile import cache_outcome, capacity, cluster_says
 from dflash_operator.reconcile.drift import covers
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.observed import Observed
@@ -133,7 +133,8 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         return
 
     outcome = _cache_outcome(kube, observed, namespace, job_name)
-    gate = _cache_gate(outcome, dfd.spec, _cache_trouble(observed, dfd, job_name, outcome))
+    cache_says = cluster_says.cache_trouble(kube, observed, ledger, clock, dfd, job_name, outcome)
+    gate = _cache_gate(outcome, dfd.spec, cache_says)
     facts = None if gate is not None else CacheFacts(
         claim_name=cache_name(dfd), target_commit=outcome.target_commit, draft_commit=outcome.draft_commit)
     old_status = _last_status(ledger, body)
@@ -166,7 +167,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     probe = (status.PLAIN_PROBE if fallback is not None else status.SPECULATIVE_PROBE
              if probe_speculates(served.spec) else status.UNSCHEDULED_PROBE)
     serving_pods = observed.serving_pods(namespace, name)
-    pods_say = trouble.serving_trouble(deployment, serving_pods) or _probe_says(
+    pods_say = trouble.serving_trouble(deployment, serving_pods) or cluster_says.probe_trouble(
         kube, ledger, clock, meta["uid"], namespace, serving_pods)
     conditions = status.cache_ready_conditions() + status.rollout_conditions(facts_of_rollout, probe, pods_say)
     new.replicas, new.ready_replicas, new.endpoint = facts_of_rollout.replicas, facts_of_rollout.ready, endpoint(dfd)
@@ -275,15 +276,6 @@ def _capacity_findings(observed: Observed, dfd: DFlashDeployment, config: Operat
     return sorted((f for f in found if f is not None), key=lambda f: not f.stall)
 
 
-def _cache_trouble(observed: Observed, dfd: DFlashDeployment, job_name: str,
-                   outcome: cache_outcome.CacheOutcome) -> trouble.Trouble | None:
-    if outcome.phase != cache_outcome.DOWNLOADING:
-        return None
-    namespace = dfd.metadata["namespace"]
-    claim = observed.child("v1", "PersistentVolumeClaim", namespace, cache_name(dfd))
-    return trouble.cache_trouble(observed.job_pods(namespace, job_name), claim)
-
-
 def _raise_api_error(error: ApiException, obj: dict[str, Any]) -> NoReturn:
     """A failed write as the pass treats it: transient (retry with backoff), a rejection (stall), or a bug."""
     # A namespace being deleted refuses new objects with 403; the DFlashDeployment goes with it: no verdict, no retry.
@@ -345,21 +337,6 @@ def _cache_outcome(kube: Kube, observed: Observed, namespace: str, job_name: str
     # Progress is the last JSON line the download step printed; read only while it runs.
     last_line = kube.last_log_line(namespace, fetching[0]["metadata"]["name"], FETCH_CONTAINER) if fetching else ""
     return cache_outcome.cache_outcome(job, pods, last_line)
-
-
-def _probe_says(kube: Kube, ledger: Ledger, clock: Clock, uid: str, namespace: str,
-                pods: list[dict[str, Any]]) -> trouble.Trouble | None:
-    """A running pod that fails its readiness probe: the probe's own FAIL line, from the kubelet's event (read only
-    for such pods, at most once a minute each: nothing for pods that serve or are still starting)."""
-    failing = trouble.probing_pods(pods)
-    ledger.forget_probe_reads(uid, failing)
-    for pod in failing:
-        def read(pod: str = pod) -> str:
-            return kube.newest_pod_event(namespace, pod, "Unhealthy", trouble.READINESS_FAILED)
-        said = ledger.probe_failure(uid, pod, clock.monotonic(), read)
-        if said:
-            return trouble.probe_trouble(pod, said)
-    return None
 
 
 def _cache_gate(outcome: cache_outcome.CacheOutcome, spec: DFlashDeploymentSpec,

@@ -67,6 +67,11 @@ def cache_job_name(dfd: DFlashDeployment, config: CacheConfig) -> str:
     return f"{cache_name(dfd)}-{hashlib.sha256(variant.encode()).hexdigest()[:6]}"
 
 
+def cache_claim_of_job(job: str) -> str:
+    """The claim a cache Job writes to: its name without the variant suffix (cache_job_name)."""
+    return job.rsplit("-", 1)[0]
+
+
 def cache_labels(dfd: DFlashDeployment) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "dflash-cache",

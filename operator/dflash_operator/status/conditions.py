@@ -219,7 +219,7 @@ def status_changed(old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
 
 # Ready reasons that report something wrong in the cluster (status.trouble): their transitions are warnings.
 TROUBLE_REASONS = frozenset({trouble.UNSCHEDULABLE, trouble.IMAGE_PULL_BACK_OFF, trouble.CRASH_LOOP_BACK_OFF,
-                             trouble.OOM_KILLED, trouble.PODS_REFUSED})
+                             trouble.OOM_KILLED, trouble.PODS_REFUSED, trouble.PROBE_FAILING, trouble.CLAIM_PENDING})
 # Conditions whose transitions are worth an event on the DFlashDeployment (Reconciling only restates Ready).
 _EVENT_CONDITIONS = (READY, STALLED, CACHE_READY, MODELS_COMPATIBLE, SPECULATION_HEALTHY)
 

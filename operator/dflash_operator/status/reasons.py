@@ -85,9 +85,14 @@ REASONS: dict[str, Reason] = {
                           "fix what the line says (a flag in spec.extraArgs, memory, the model)"),
     "OOMKilled": R("Ready, Reconciling or Stalled", "the vLLM container exceeded its memory limit",
                    "raise spec.resources.limits.memory"),
-    "ProbeFailing": R("Ready, Reconciling", "a serving pod runs and fails its readiness probe; the message carries "
-                                            "the probe's own FAIL line (acceptance under spec.readiness."
-                                            "minAcceptanceRate, or no completion), as the kubelet reported it",
+    "ClaimPending": R("Ready, Reconciling", "the cache claim is not bound and its provisioner says why (its "
+                                           "ProvisioningFailed event: e.g. an access mode the class cannot give, "
+                                           "as kind's local-path refuses ReadWriteMany)",
+                      "fix what the message says: spec.cache.accessMode or storageClassName, or the provisioner"),
+    "ProbeFailing": R("Ready, Reconciling", "a serving pod runs and fails its startup or readiness probe (both are "
+                                            "the speculative probe); the message carries the probe's own FAIL line "
+                                            "(acceptance under spec.readiness.minAcceptanceRate, no completion), as "
+                                            "the kubelet reported it",
                       "fix what the line says: a draft that does not fit the traffic or target, a floor set too "
                       "high, a server that does not answer; see also SpeculationHealthy"),
     "PodsRefused": R("Ready, Reconciling", "the API server refuses the serving pods (a quota full now, an admission "

@@ -19,8 +19,12 @@ CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 OOM_KILLED = "OOMKilled"
 PODS_REFUSED = "PodsRefused"
 PROBE_FAILING = "ProbeFailing"
-# The kubelet's event message for a failed readiness check starts so; the rest is the probe's own output.
-READINESS_FAILED = "Readiness probe failed:"
+CLAIM_PENDING = "ClaimPending"
+# The kubelet's event message for a failed probe starts so; the rest is the probe's own output. The serving pod's
+# startup probe is the speculative probe too (render.serving), so a pod whose drafts are rejected fails there first.
+PROBE_FAILED = ("Startup probe failed:", "Readiness probe failed:")
+# dflash-probe's words while vLLM does not answer yet: what every pod says while it loads, not trouble.
+SERVER_STARTING = "server unreachable"
 
 # The kubelet's waiting reasons for an image it could not get.
 _PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -121,11 +125,23 @@ def probing_pods(pods: Sequence[Mapping[str, Any]]) -> list[str]:
     return found
 
 
-def probe_trouble(pod: str, kubelet_says: str) -> Trouble:
-    """The probe's own verdict (its FAIL line: acceptance under the floor, no completion) as the kubelet relayed it."""
-    line = kubelet_says.removeprefix(READINESS_FAILED).strip()
-    return Trouble(PROBE_FAILING, f"serving pod {pod} runs and fails its readiness probe: {error_line(line) or line}",
+def probe_trouble(pod: str, kubelet_says: str) -> Trouble | None:
+    """The probe's own verdict (its FAIL line: acceptance under the floor, no completion) as the kubelet relayed it;
+    None while it only says that vLLM does not answer yet."""
+    probe, line = "probe", kubelet_says.strip()
+    for prefix in PROBE_FAILED:
+        if line.startswith(prefix):
+            probe, line = f"{prefix.split()[0].lower()} probe", line.removeprefix(prefix).strip()
+    if not line or SERVER_STARTING in line:
+        return None
+    return Trouble(PROBE_FAILING, f"serving pod {pod} runs and fails its {probe}: {error_line(line) or line}",
                    stalled=False)
+
+
+def claim_trouble(claim: str, provisioner_says: str) -> Trouble:
+    """A cache claim its provisioner refuses: waits (a class or access mode fixed, space freed), so not a stall."""
+    return Trouble(CLAIM_PENDING, f"the cache claim {claim} is Pending: its provisioner says: "
+                                  f"{provisioner_says[-400:]}", stalled=False)
 
 
 def cache_trouble(pods: Sequence[Mapping[str, Any]], claim: Mapping[str, Any] | None) -> Trouble | None:
