@@ -94,20 +94,25 @@ def set_fake_gpus(count: int | None) -> None:
         "nvidia.com/gpu") == want, timeout=60)
 
 
-@pytest.mark.timeout(240)
-def test_dflashdeployment_reaches_its_cache_job(namespace: str) -> None:
-    set_fake_gpus(None)
-    manifest = f"""
+def dfd_manifest(name: str, namespace: str, cache: str) -> str:
+    """The README's DFlashDeployment, one GPU per pod, with the given spec.cache (flow style)."""
+    return f"""
 apiVersion: serving.dflash.dev/v1alpha1
 kind: DFlashDeployment
-metadata: {{name: coder, namespace: {namespace}}}
+metadata: {{name: {name}, namespace: {namespace}}}
 spec:
   target: {{repo: Qwen/Qwen3-Coder-Next}}
   draft: {{repo: z-lab/Qwen3-Coder-Next-DFlash}}
   tensorParallelSize: 1
-  # kind's default StorageClass (local-path) provisions ReadWriteOnce only; a ReadWriteMany claim stays Pending.
-  cache: {{size: 1Gi, accessMode: ReadWriteOnce}}
+  cache: {cache}
 """
+
+
+@pytest.mark.timeout(240)
+def test_dflashdeployment_reaches_its_cache_job(namespace: str) -> None:
+    set_fake_gpus(None)
+    # kind's default StorageClass (local-path) provisions ReadWriteOnce only; a ReadWriteMany claim stays Pending.
+    manifest = dfd_manifest("coder", namespace, "{size: 1Gi, accessMode: ReadWriteOnce}")
     try:
         kubectl("apply", "-f", "-", input=manifest)
         # No node has a GPU: the operator refuses before any download.
@@ -135,16 +140,7 @@ spec:
 @pytest.mark.timeout(240)
 def test_a_claim_kinds_storage_cannot_provision_says_why(namespace: str) -> None:
     # The default accessMode (ReadWriteMany): kind's local-path refuses it, and only in the claim's own events.
-    manifest = f"""
-apiVersion: serving.dflash.dev/v1alpha1
-kind: DFlashDeployment
-metadata: {{name: shared, namespace: {namespace}}}
-spec:
-  target: {{repo: Qwen/Qwen3-Coder-Next}}
-  draft: {{repo: z-lab/Qwen3-Coder-Next-DFlash}}
-  tensorParallelSize: 1
-  cache: {{size: 1Gi}}
-"""
+    manifest = dfd_manifest("shared", namespace, "{size: 1Gi}")
     set_fake_gpus(4)
     try:
         kubectl("apply", "-f", "-", input=manifest)
