@@ -99,7 +99,8 @@ SHIPPED_COST_MODEL = HERE.parents[1] / "operator/dflash_operator/speculation/cos
 def kv_cache_bytes(k: int) -> int:
     """KV (and Qwen3Next's linear-attention state) memory for 64 running sequences: vLLM gives each sequence 1 + K
     state blocks per linear-attention layer group when it speculates K tokens (MambaSpec.num_speculative_blocks), so
-    the need grows with K (about 1.6 GB at K = 0 to 13 GB at K = 8 for this shape); 3 GiB + 1.75 GiB per token."""
+    the need grows with K; 3 GiB + 1.75 GiB per token. On 2026-12-05 vLLM reported room for 85-120 requests of 224
+    tokens at every K with this (its "Maximum concurrency" line, kept in each engine's facts)."""
     return int((3 + 1.75 * k) * (1 << 30))
 
 
@@ -369,12 +370,13 @@ def measure(set_name: str) -> int:
 
     made = json.loads((MODELS / "made.json").read_text()) if (MODELS / "made.json").exists() else None
     summary = summarize(runs)
+    machine = environment()
     report = {
-        "what": f"{bench.what}, vLLM {environment_vllm()} with RANDOM weights: bounds of the data plane, not "
+        "what": f"{bench.what}, vLLM {machine['vllm']} with RANDOM weights: bounds of the data plane, not "
                 "real-model figures",
         "set": set_name,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        **environment(),
+        **machine,
         "gpu_memory_used_while_all_engines_up": smi_mem,
         "models": made,
         "settings": {"configs": [{"name": c.name, "draft": c.draft, "num_speculative_tokens": c.k,
@@ -416,12 +418,6 @@ def measure(set_name: str) -> int:
     if then:
         start(then)
     return 0 if usable else 1
-
-
-def environment_vllm() -> str:
-    import importlib.metadata as md
-
-    return md.version("vllm")
 
 
 if __name__ == "__main__":

@@ -36,10 +36,9 @@ def _dfd(extra_args: list[str] | None = None, **speculation) -> DFlashDeployment
     return DFlashDeployment.model_validate(body)
 
 
-def _decide(dfd: DFlashDeployment, p: list[float], tuned=None, version: str | None = "0.26.0",
-            now: datetime.datetime = NOW) -> auto.TuningDecision:
+def _decide(dfd: DFlashDeployment, p: list[float], tuned=None, now: datetime.datetime = NOW) -> auto.TuningDecision:
     advice = recommendation(dfd, p, 1000, shipped_cost_model(), 200)
-    return auto.decide(dfd, tuned, advice.found, p, advice.cost, version, now)
+    return auto.decide(dfd, tuned, advice.found, p, advice.cost, now)
 
 
 def test_a_useless_draft_is_scheduled_off_everywhere_with_the_gain_in_the_event() -> None:
@@ -83,11 +82,10 @@ def test_a_users_own_schedule_holds_auto_back_and_says_so() -> None:
     assert decision.tuned is None and decision.event is None and "tokensByBatchSize is set" in (decision.note or "")
 
 
-@pytest.mark.parametrize(("extra_args", "version"), [
-    ([], "0.23.0"), ([], None), (["--data-parallel-size", "2"], "0.26.0"), (["--data-parallel-size=4"], "0.26.0")])
-def test_auto_needs_no_vllm_feature_it_applies_a_plain_length(extra_args: list[str], version: str | None) -> None:
-    # One static length (here 0: the target alone) renders on every release and under data parallelism.
-    decision = _decide(_dfd(extra_args=extra_args), USELESS, version=version)
+@pytest.mark.parametrize("extra_args", [[], ["--data-parallel-size", "2"], ["--data-parallel-size=4"]])
+def test_auto_applies_a_plain_length_under_data_parallelism_too(extra_args: list[str]) -> None:
+    # One static length (here 0: the target alone), not vLLM's schedule, which data parallelism turns off.
+    decision = _decide(_dfd(extra_args=extra_args), USELESS)
     assert decision.tuned is not None and decision.tuned.summary == "1-1024:0"
 
 
@@ -100,10 +98,10 @@ def test_a_schedule_of_several_lengths_is_applied_as_its_best_single_length() ->
     assert isinstance(found, tuner.Recommendation) and {r.k for r in found.ranges} == {4, 8}
     # Run at every batch size, 8 expects 3.47x over the measured sizes (its collapse at 64 included) against 2.16x
     # for 4: the best single length is 8, which runs already.
-    assert auto.decide(_dfd(), None, found, ALL_ACCEPT, cost, "0.26.0", NOW).tuned is None
+    assert auto.decide(_dfd(), None, found, ALL_ACCEPT, cost, NOW).tuned is None
     # Half the positions accepted: 4 pays more than 8 everywhere (E is the same, 8 costs more), so Auto lowers K.
     half = [1.0] * 4 + [0.0] * 4
-    lower = auto.decide(_dfd(), None, tuner.recommend(half, 1000, cost, 8, max_batch=64), half, cost, "0.26.0", NOW)
+    lower = auto.decide(_dfd(), None, tuner.recommend(half, 1000, cost, 8, max_batch=64), half, cost, NOW)
     assert lower.tuned is not None and lower.tuned.summary == "1-1024:4" and lower.tuned.replaced == "1-1024:8"
     served = auto.as_served(_dfd(), lower.tuned).spec
     # A plain num_speculative_tokens, not vLLM's per-batch-size rows (piecewise graphs on vLLM 0.26's V1 runner).
@@ -123,7 +121,7 @@ def test_a_running_length_the_cost_model_never_measured_is_not_judged() -> None:
                                       "draftLengths": [0, 4], "relativeStepTime": [[1.0, 1.2]]})
     found = tuner.recommend(USELESS, 1000, cost, 8)
     assert isinstance(found, tuner.Recommendation)
-    decision = auto.decide(dfd, None, found, USELESS, cost, "0.26.0", NOW)
+    decision = auto.decide(dfd, None, found, USELESS, cost, NOW)
     assert decision.tuned is None and "no measurement for draft length 8" in (decision.note or "")
 
 

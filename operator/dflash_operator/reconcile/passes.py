@@ -49,7 +49,7 @@ from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import auto, autopilot
 from dflash_operator.speculation import counters as speculation
 from dflash_operator.speculation.recommendation import recommendation
-from dflash_operator.speculation.vllm_features import declared_version, missing_features
+from dflash_operator.speculation.vllm_features import missing_features
 from dflash_operator.speculation.window import WindowFigures, Windows
 from dflash_operator.status import conditions as status
 from dflash_operator.status import trouble
@@ -141,8 +141,8 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     previous = _previous_speculation(old_status)
     fallback = autopilot.fallback_in_force(dfd, previous)
     tuned = auto.in_force(dfd, previous)
-    desired = desired_objects(auto.as_served(dfd, tuned), config.render, config.cache, facts,
-                              speculate=fallback is None)
+    served = auto.as_served(dfd, tuned)  # what the pods run: Auto's length in place of the spec's (never written)
+    desired = desired_objects(served, config.render, config.cache, facts, speculate=fallback is None)
     try:
         current = _apply_differing(kube, observed, ledger, desired, meta["uid"])
     except _Rejected as error:
@@ -163,7 +163,6 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
 
     deployment = next(c for o, c in zip(desired, current, strict=True) if o["kind"] == "Deployment")
     facts_of_rollout = status.rollout_facts(deployment, dfd.spec.replicas)
-    served = auto.as_served(dfd, tuned)
     probe = (status.PLAIN_PROBE if fallback is not None else status.SPECULATIVE_PROBE
              if probe_speculates(served.spec) else status.UNSCHEDULED_PROBE)
     serving_pods = observed.serving_pods(namespace, name)
@@ -181,7 +180,7 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
         verdict = autopilot.judge(dfd, seen, previous, healthy, clock.now(), config.speculation_min_draft_tokens)
         new.speculation = verdict.figures
         if fallback is None and not verdict.started_fallback:
-            new.speculation = _tuned(dfd, new.speculation, tuned, seen, outcome, config, clock, emit)
+            new.speculation = _tuned(dfd, new.speculation, tuned, seen, config, clock, emit)
         conditions.append(verdict.healthy)
     elif previous is not None and previous.fallback is not None and fallback is None:
         # Speculation is back (a spec change, or the resume annotation): the pods roll with the draft again.
@@ -195,17 +194,14 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
 
 
 def _tuned(dfd: DFlashDeployment, figures: SpeculationStatus, tuned: TunedSchedule | None,
-           seen: WindowFigures | None, outcome: cache_outcome.CacheOutcome, config: OperatorConfig, clock: Clock,
-           emit: EventSink) -> SpeculationStatus:
+           seen: WindowFigures | None, config: OperatorConfig, clock: Clock, emit: EventSink) -> SpeculationStatus:
     """The window's figures with the recommendation (tuning Recommend or Auto) and the schedule Auto has the pods
     run: kept while nothing new is measured, replaced when a recommendation pays enough (an event says so)."""
     if seen is None:  # no pod exposes counters: nothing to recommend, and what runs stays
         return figures.model_copy(update={"tuned": tuned})
     advice = recommendation(dfd, figures.acceptance_by_position, seen.increase.drafts, config.cost_model,
                             config.speculation_min_draft_tokens)
-    found = outcome.pair_check.vllm_version if outcome.pair_check is not None else None
-    decision = auto.decide(dfd, tuned, advice.found, figures.acceptance_by_position or [], advice.cost,
-                           found or declared_version(dfd.spec), clock.now())
+    decision = auto.decide(dfd, tuned, advice.found, figures.acceptance_by_position or [], advice.cost, clock.now())
     if decision.event is not None:
         emit("Normal", auto.SPECULATION_TUNED, decision.event)
     said = advice.status

@@ -87,8 +87,8 @@ def best_length(found: tuner.Recommendation, acceptance_by_position: Sequence[fl
 
 
 def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Recommendation | None,
-           acceptance_by_position: Sequence[float], cost: tuner.CostModel | None, vllm_version: str | None,
-           now: datetime.datetime) -> TuningDecision:
+           acceptance_by_position: Sequence[float], cost: tuner.CostModel | None, now: datetime.datetime
+           ) -> TuningDecision:
     """What the pods should run after this window: `tuned` kept, replaced by `found`, or nothing (Auto off or
     unable). `found` is this window's recommendation, None when there is none."""
     spec = dfd.spec
