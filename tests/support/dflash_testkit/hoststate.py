@@ -155,3 +155,47 @@ class HostState:
         return (f"sysctls {self.sysctls}; {len(self.chains)} KUBE-/CNI- chains; {len(self.links)} links; "
                 f"{len(self.mounts)} mounts; {len(self.netns)} netns; {len(self.cgroups)} cgroups; "
                 f"host paths {sorted(self.paths)}; {len(self.processes)} node processes")
+
+
+def restore_sysctls(saved: dict[str, str]) -> dict[str, str]:
+    """Writes back every saved kernel setting that differs now; returns what it changed (name -> value found)."""
+    changed = {name: read_sysctl(name) for name, value in saved.items() if read_sysctl(name) != value}
+    for name in changed:
+        write_sysctl(name, saved[name])
+    return changed
+
+
+def main(argv: list[str]) -> int:
+    """For shell-driven tiers (tests/kind/run.sh): `save FILE` before the cluster starts; `restore FILE` after it
+    stopped puts the kernel settings back and fails, printing the difference, if anything else is not as it was."""
+    import json
+
+    if len(argv) != 2 or argv[0] not in ("save", "restore"):
+        print("usage: python -m dflash_testkit.hoststate save|restore FILE")
+        return 2
+    verb, path = argv[0], Path(argv[1])
+    if verb == "save":
+        now = HostState.capture()
+        path.write_text(json.dumps({"sysctls": now.sysctls, "chains": sorted(now.chains), "links": sorted(now.links),
+                                    "netns": sorted(now.netns), "paths": sorted(now.paths)}))
+        return 0
+    saved = json.loads(path.read_text())
+    changed = restore_sysctls(saved["sysctls"])
+    if changed:
+        print(f"put back kernel settings the cluster changed: {changed} -> {saved['sysctls']}")
+    now = HostState.capture()
+    left: dict[str, object] = {name: {"added": sorted(set(getattr(now, name)) - set(saved[name])),
+                   "removed": sorted(set(saved[name]) - set(getattr(now, name)))}
+            for name in ("chains", "links", "netns", "paths") if set(getattr(now, name)) != set(saved[name])}
+    if now.sysctls != saved["sysctls"]:
+        left["sysctls"] = {"now": now.sysctls, "before": saved["sysctls"]}
+    if left:
+        print(f"host state not as it was: {left}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
