@@ -1,11 +1,10 @@
 """What the cluster says of a DFlashDeployment's objects in trouble, beyond what the watched indexes hold: the
-reasons only events carry (a pod's failing readiness probe, a claim its provisioner refuses). Read only for objects
+reasons only events carry (a pod's failing speculative probe, a claim its provisioner refuses). Read only for objects
 in that state, at most once a minute each (Ledger.recent_read): nothing for what serves, binds or is still starting.
 """
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +14,7 @@ from dflash_operator.reconcile import cache_outcome
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.observed import Observed
 from dflash_operator.render.cache import cache_name
-from dflash_operator.runtime.clock import Clock
+from dflash_operator.runtime.clock import Clock, parse_rfc3339
 from dflash_operator.status import trouble
 
 # The scheduler's mark on a WaitForFirstConsumer claim once it picked a node: provisioning has been asked for.
@@ -32,9 +31,8 @@ def provisioning_stalled(claim: Mapping[str, Any] | None, now: float) -> bool:
     meta = (claim or {}).get("metadata") or {}
     if SELECTED_NODE in (meta.get("annotations") or {}):
         return True
-    created = meta.get("creationTimestamp")
     try:
-        born = datetime.datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+        born = parse_rfc3339(str(meta.get("creationTimestamp"))).timestamp()
     except ValueError:
         return False
     return now - born >= PENDING_LONG_SECONDS
