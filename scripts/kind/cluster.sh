@@ -18,10 +18,14 @@ NODE_IMAGE=dflash/kind-node:v1.37.2
 OPERATOR_IMAGE=dflash-operator:kind
 NETWORK=dflash-kind SUBNET=172.31.250.0/24
 KIND_VERSION=v0.33.0
-# No hub is reachable from here (nothing may leave this machine): the cache Job is pointed at an in-cluster name that
-# CoreDNS answers NXDOMAIN for itself (cluster.local is its own zone, never forwarded), so its fetch fails inside the
-# cluster instead of sending a lookup for huggingface.co out through docker's DNS.
-HUB_ENDPOINT=${DFLASH_KIND_HUB:-http://no-hub.dflash-system.svc.cluster.local:8080}
+# The hub: nothing may leave this machine, so the chart's hub.endpoint is a hub mirror on the host's address on the
+# cluster's own bridge (the network's gateway), which the demo and the kind tier start there (olah, with the tiny
+# models: dflash_testkit.kindpath); while none runs, a fetch is refused at that address and nothing is looked up
+# anywhere. Pods reach it through the host routes scripts/kind/cni.sh adds (no masquerade).
+HUB_ENDPOINT=${DFLASH_KIND_HUB:-http://172.31.250.1:18080}
+# The vLLM image: images/vllm/Dockerfile built by docker FROM the CPU stand-in of vllm/vllm-openai (images/kind/stand-ins.sh).
+VLLM_VERSION=0.32.0
+VLLM_IMAGE=dflash-vllm:kind
 kind=$cache/kind/bin/kind
 export DOCKER_HOST=unix://$cache/docker/docker.sock
 export KUBECONFIG=$cache/kind/kubeconfig KUBECACHEDIR=$cache/kind/kubecache
@@ -32,8 +36,26 @@ say() { echo "[$((SECONDS))s] $*" >&2; }
 
 envlines() {
   echo "export DOCKER_HOST=$DOCKER_HOST KUBECONFIG=$KUBECONFIG KUBECACHEDIR=$KUBECACHEDIR"
+  echo "export DFLASH_KIND_HUB=$HUB_ENDPOINT DFLASH_KIND_VLLM_IMAGE=$VLLM_IMAGE"
   [ -x /usr/bin/docker ] && echo "export PATH=/usr/bin:\$PATH"
   return 0
+}
+
+# load_streamed IMAGE NODE: what `kind load docker-image IMAGE --nodes NODE` does (docker save, then on the node
+# `ctr --namespace=k8s.io images import --all-platforms --digests --snapshotter=overlayfs -`), streamed, with the
+# node's copy of the layers dropped once unpacked (--discard-unpacked-layers), and skipped when the node has that image
+# ID. A TEST-ENVIRONMENT ADAPTATION for the 6 GB vLLM image only: kind load writes the whole archive to /tmp first and
+# keeps the layers beside their unpacked snapshot, 12 GB more than this machine's disk has to spare (it filled the disk
+# here: "no space left on device"). With disk to spare, `kind load docker-image` does the same job (docs/kind.md).
+# Only onto the worker: the control plane's taint keeps serving pods off it.
+load_streamed() {
+  local id; id=$(docker image inspect -f '{{.Id}}' "$1")
+  if docker exec "$2" ctr --namespace=k8s.io images ls -q | grep -qx "$id"; then say "$1 already on $2"; return; fi
+  docker save "$1" | docker exec -i "$2" ctr --namespace=k8s.io images import --all-platforms --digests \
+    --snapshotter=overlayfs --local --discard-unpacked-layers - >/dev/null
+  # --digests names the image by its ID too (what the check above finds next time).
+  docker exec "$2" ctr --namespace=k8s.io images ls -q | grep -qx "$id" || { echo "$1 did not reach $2" >&2; return 1; }
+  say "$1 loaded onto $2 (streamed)"
 }
 
 up() {
@@ -42,6 +64,11 @@ up() {
   bash "$repo/images/kind/stand-ins.sh" >/dev/null
   DOCKER_BUILDKIT=1 docker build --network host -q -t "$OPERATOR_IMAGE" -f "$repo/images/operator/Dockerfile" "$repo" >/dev/null
   say "operator image $OPERATOR_IMAGE built"
+  # --network host: pip fetches the packages' build backend from PyPI, as a user's build does.
+  DOCKER_BUILDKIT=1 docker build --network host -q -t "$VLLM_IMAGE" --build-arg "VLLM_VERSION=$VLLM_VERSION" \
+    -f "$repo/images/vllm/Dockerfile" "$repo" >/dev/null
+  say "vLLM image $VLLM_IMAGE built"
+  docker image prune -f >/dev/null   # the layers of earlier builds under the same tags
   bash "$repo/images/kind/node-image.sh" >/dev/null   # keyed: nothing to do on a warm machine
   say "node image $NODE_IMAGE"
   docker network inspect "$NETWORK" >/dev/null 2>&1 || docker network create -d bridge --subnet "$SUBNET" \
@@ -55,6 +82,7 @@ up() {
   bash "$repo/scripts/kind/cni.sh" "$NAME" >/dev/null
   kubectl wait --for=condition=Ready node --all --timeout=180s >/dev/null; say "nodes Ready"
   "$kind" load docker-image "$OPERATOR_IMAGE" --name "$NAME" >/dev/null; say "operator image loaded"
+  load_streamed "$VLLM_IMAGE" "$NAME-worker"
   helm upgrade --install dflash "$repo/charts/dflash-operator" -n dflash-system --create-namespace \
     --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE#*:}" --set image.pullPolicy=Never \
     --set hub.endpoint="$HUB_ENDPOINT" \

@@ -2,7 +2,9 @@
 # Pod network for a kind cluster made with scripts/kind/kind-config.yaml (disableDefaultCNI: kindnetd is not built
 # here). Does by hand what kindnetd does: on every node a CNI config (ptp + host-local over the node's spec.podCIDR,
 # no masquerade, plus portmap) and a route to every other node's pod CIDR via that node's address on the docker
-# network. Everything happens inside the node containers' own network namespaces; nothing on the host changes.
+# network. On the host, one route per node's pod CIDR via that node on the cluster's bridge, so pods reach a server
+# the host runs on the bridge's address (the hub mirror of the demo and the kind tier) and the answers find their
+# way back without any masquerade; the routes go with the bridge when the network is removed (cluster.sh down).
 # Debian's containernetworking-plugins in the node image (/opt/cni/bin) provide ptp, host-local, portmap, loopback.
 #   bash scripts/kind/cni.sh [cluster-name]     (default dflash; DOCKER_HOST from scripts/kind/dockerd.sh)
 # Idempotent: rewrites the config and replaces the routes.
@@ -41,5 +43,9 @@ JSON
   for m in $nodes; do
     [ "$m" = "$n" ] || docker exec "$n" ip route replace "${cidr[$m]}" via "${ip[$m]}"
   done
+  # The node must be on a link of the host (the bridge), never behind a gateway: no route may lead anywhere else.
+  via=$(ip -o route get "${ip[$n]}")
+  case $via in *" via "*) echo "node $n (${ip[$n]}) is not on a host bridge: $via" >&2; exit 1 ;; esac
+  ip route replace "${cidr[$n]}" via "${ip[$n]}" dev "$(sed -n 's/.* dev \([^ ]*\).*/\1/p' <<<"$via")"
   echo "$n: pods ${cidr[$n]}, address ${ip[$n]}"
 done

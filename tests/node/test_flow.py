@@ -122,7 +122,7 @@ def test_apply_to_a_speculative_completion(stack: Stack, core, namespace: str) -
     assert (columns["READY"], columns["CACHE"], columns["ACCEPTANCE"]) == ("True", "Complete", "1"), columns
 
     # A user's completion through kubectl port-forward to the Service.
-    answer = complete_through_port_forward(stack, namespace, "tiny", max_tokens=8)
+    answer = complete_through_port_forward(stack.kubectl_argv(), namespace, "tiny", max_tokens=8)
     assert answer["model"] == TARGET and answer["usage"]["completion_tokens"] == 8, answer
 
 

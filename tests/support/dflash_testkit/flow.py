@@ -105,6 +105,9 @@ class Stack:
     def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
         return self.plane.kubectl(*args, check=check, input=input)
 
+    def kubectl_argv(self) -> list[str]:
+        return [self.plane.binary("kubectl"), f"--kubeconfig={self.plane.kubeconfig}"]
+
 
 def dfd(name: str, image: str, *, draft: str = DRAFT, draft_revision: str = REVISION,
         min_acceptance: float = 0.5, **spec: object) -> dict:
@@ -216,13 +219,13 @@ def stopped_reason(obj: dict) -> str | None:
     return None
 
 
-def complete_through_port_forward(stack: Stack, namespace: str, service: str, max_tokens: int,
+def complete_through_port_forward(kubectl: list[str], namespace: str, service: str, max_tokens: int,
                                   timeout: float = 60) -> dict:
-    """POST /v1/completions through `kubectl port-forward svc/SERVICE`, as a user reaches the Service from here.
-    Retries until the forward answers or `timeout` passes; raises OSError then."""
+    """POST /v1/completions through `kubectl port-forward svc/SERVICE` (`kubectl`: the command and its kubeconfig
+    flag), as a user reaches the Service from here. Retries until the forward answers or `timeout` passes; raises
+    OSError then."""
     port = free_port()
-    forward = subprocess.Popen([stack.plane.binary("kubectl"), f"--kubeconfig={stack.plane.kubeconfig}",
-                                "-n", namespace, "port-forward", f"svc/{service}", f"{port}:8000",
+    forward = subprocess.Popen([*kubectl, "-n", namespace, "port-forward", f"svc/{service}", f"{port}:8000",
                                 "--address=127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     body = {"model": TARGET, "prompt": "The quick brown fox", "max_tokens": max_tokens, "temperature": 0}
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(body).encode(),

@@ -90,12 +90,13 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
-def start_hub(workdir: Path, *, host: str = "127.0.0.1", python: Path | None = None) -> Hub:
-    """olah on `host`, serving the git mirrors under `workdir`/mirrors, offline (it never reaches the real hub)."""
+def start_hub(workdir: Path, *, host: str = "127.0.0.1", port: int | None = None, python: Path | None = None) -> Hub:
+    """olah on `host` (and `port`, else a free one), serving the git mirrors under `workdir`/mirrors, offline (it
+    never reaches the real hub)."""
     olah_cli = (python or olah_python()).parent / "olah-cli"
     mirrors = workdir / "mirrors"
     (mirrors / "models").mkdir(parents=True, exist_ok=True)
-    port = _free_port(host)
+    port = port or _free_port(host)
     config = workdir / "olah.toml"
     # metadata-cache-ttl 0: tests move branches while the server runs, and a cached branch -> commit would go stale.
     config.write_text(f"""[basic]
