@@ -4,13 +4,24 @@ Real API server, quota admission and controller, scheduler and kwok nodes (4 nod
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import kubernetes
 import pytest
 
+from dflash_testkit.apicounts import request_counts
 from dflash_testkit.controlplane import DEFAULT_STORAGE_CLASS, ControlPlane
-from dflash_testkit.dfd import apply, apply_with_cache, condition, condition_is, deployment, dfd, mark_pods_ready
+from dflash_testkit.dfd import (
+    SELECTOR,
+    apply,
+    apply_with_cache,
+    condition,
+    condition_is,
+    deployment,
+    dfd,
+    mark_pods_ready,
+)
 from dflash_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -166,3 +177,27 @@ def test_a_serving_pod_the_scheduler_cannot_place_says_why(
                      c["reason"] == "Unschedulable" and c, "Ready reason Unschedulable", 90)
     assert "cannot be scheduled" in ready["message"] and "nvidia.com/gpu" in ready["message"], ready
     assert condition(_get(api_client, namespace, "crowd"), "Stalled")["status"] == "False"
+
+
+@pytest.mark.timeout(240)
+def test_pods_held_back_by_their_probe_cost_one_event_read_a_minute_each(
+        control_plane: ControlPlane, api_client, operator, namespace: str) -> None:
+    """Running pods that are not ready (kwok's pods stay unready, as if their probe failed): the operator looks for
+    the probe's FAIL line in their events at most once a minute each, not on every pass (a pass every 2 s here)."""
+    apply_with_cache(control_plane, api_client, namespace, dfd("held", replicas=3))
+    core = kubernetes.client.CoreV1Api(api_client)
+
+    def running() -> list:
+        pods = core.list_namespaced_pod(namespace, label_selector=SELECTOR.format("held")).items
+        return [p for p in pods if p.status.phase == "Running" and p.status.container_statuses
+                and all(c.state.running for c in p.status.container_statuses)]
+    wait_for(lambda: len(running()) == 3, "3 running, unready serving pods", 90)
+    wait_for(lambda: (c := condition(_get(api_client, namespace, "held"), "Ready")) and c["reason"] ==
+             "WaitingForSpeculativeProbe", "a pass that saw them", 30)
+    before = request_counts(control_plane)
+    time.sleep(65)  # 32 passes, and one minute for each pod's next read
+    reads = request_counts(control_plane)[("LIST", "events")] - before[("LIST", "events")]
+    print(f"\nLIST events in 65 s with 3 unready pods and a pass every 2 s: {reads}")
+    # 96 without the once-a-minute rule (3 pods x 32 passes), none if the pods were never read; one or two per pod
+    # with it, plus at most one a minute for any other namespace's unready pod (none expected).
+    assert 3 <= reads <= 9, reads
