@@ -50,11 +50,14 @@ envlines() {
 # Only onto the worker: the control plane's taint keeps serving pods off it.
 load_streamed() {
   local id; id=$(docker image inspect -f '{{.Id}}' "$1")
-  if docker exec "$2" ctr --namespace=k8s.io images ls -q | grep -qx "$id"; then say "$1 already on $2"; return; fi
-  docker save "$1" | docker exec -i "$2" ctr --namespace=k8s.io images import --all-platforms --digests \
-    --snapshotter=overlayfs --local --discard-unpacked-layers - >/dev/null
+  # (ctr's warning that cgroup v1 is deprecated, on every call, is dropped.)
+  ctr_on() { docker exec -i "$node" ctr --namespace=k8s.io "$@" 2> >(grep -v 'DEPRECATION: The support for cgroup v1' >&2); }
+  local node=$2
+  if ctr_on images ls -q | grep -qx "$id"; then say "$1 already on $2"; return; fi
+  docker save "$1" | ctr_on images import --all-platforms --digests --snapshotter=overlayfs --local \
+    --discard-unpacked-layers - >/dev/null
   # --digests names the image by its ID too (what the check above finds next time).
-  docker exec "$2" ctr --namespace=k8s.io images ls -q | grep -qx "$id" || { echo "$1 did not reach $2" >&2; return 1; }
+  ctr_on images ls -q | grep -qx "$id" || { echo "$1 did not reach $2" >&2; return 1; }
   say "$1 loaded onto $2 (streamed)"
 }
 
