@@ -12,6 +12,10 @@ the GPU, round-robin over configurations. A SET names the configurations, batch 
   cost-all-accept   second wave: no speculation and the all-accept draft at K = 1, 2, 4, 8, batch 1..64, plus the
                     schedule the operator's tuner recommends for it from the cost model the first wave measured
                     (read from $OUT/bench-cost-random.json; the shipped model when that is absent)
+  cost-partial      the acceptance-dependent check: no speculation and the partial pair (models.py make_partial: the
+                    target uncollapsed with lm_head row 0 scaled, and the all-accept draft, which is right at some
+                    positions only) at K = 1, 2, 4, 8, batch 1..64, each cell's acceptance and mean accepted length
+                    recorded; plus k4-random on the collapsed target, a same-run peer of cost-random's row
 
 These are BOUNDS with random weights, not real-model figures: the all-accept draft is the best any draft of this
 size can do on this stack, the random draft the worst (it costs drafting and verification and saves nothing).
@@ -63,6 +67,7 @@ class Config:
     k: int = 0
     schedule: str | None = None  # "recommended": rows from the operator's tuner (schedule_rows)
     env: tuple[tuple[str, str], ...] = ()
+    target: str = "target"  # a folder under MODELS: "target-partial" for the partial pair
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,13 @@ SETS: dict[str, BenchSet] = {
         (Config("no-spec", None), *(Config(f"k{k}-all-accept", "draft-matching", k) for k in _GRID_KS),
          Config("sched-all-accept", "draft-matching", 8, "recommended")),
         (1, 2, 4, 8, 16, 32, 64), 128, 5, "cost grid, all-accept draft (predicted vs measured) and its schedule"),
+    # No speculation on the partial target too: the same compute as the collapsed one, and its tokens are the ones
+    # the partial rows are compared with.
+    "cost-partial": BenchSet(
+        (Config("no-spec", None, target="target-partial"),
+         *(Config(f"k{k}-partial", "draft-matching", k, target="target-partial") for k in _GRID_KS),
+         Config("k4-random", "draft-random", 4)),
+        (1, 2, 4, 8, 16, 32, 64), 128, 5, "cost grid, partial pair (acceptance between the two ends)"),
 }
 PROMPT_LEN = 32
 SHIPPED_COST_MODEL = HERE.parents[1] / "operator/dflash_operator/speculation/cost_models/" \
@@ -112,7 +124,7 @@ def prompts(batches: tuple[int, ...]) -> list[list[int]]:
 def llm_kwargs(bench: BenchSet, config: Config, schedule: list[list[int]] | None = None) -> dict[str, Any]:
     bounds = bench is SETS["bounds"]  # its settings as measured on 2026-12-02
     kwargs: dict[str, Any] = {
-        "model": str(MODELS / "target"), "tokenizer": str(MODELS / "target"), "dtype": "bfloat16",
+        "model": str(MODELS / config.target), "tokenizer": str(MODELS / config.target), "dtype": "bfloat16",
         "enforce_eager": False,  # CUDA graphs (and torch.compile) on, as served
         "max_model_len": 1024 if bounds else PROMPT_LEN + bench.max_tokens + 64, "max_num_seqs": max(bench.batches),
         "max_num_batched_tokens": 2048, "gpu_memory_utilization": 0.08,
@@ -165,13 +177,20 @@ def schedule_rows(set_name: str, config: Config) -> tuple[list[list[int]], dict[
                                         round(r.expected_speedup_high, 3)] for r in rec.ranges]}
 
 
-def ensure_models() -> dict[str, Any]:
+def ensure_models(set_name: str = "bounds") -> dict[str, Any]:
+    import models
+
     made = MODELS / "made.json"
     if not made.exists():
-        import models
-
         models.make_mid(MODELS, models.MID, models.MID_DRAFT, "cuda")
-    return json.loads(made.read_text())
+    facts = json.loads(made.read_text())
+    if any(c.target == "target-partial" for c in SETS[set_name].configs):
+        partial = MODELS / "partial.json"
+        if not partial.exists():
+            models.make_partial(MODELS, prompts((16,)), "cuda")
+        facts["target-partial"] = json.loads(partial.read_text())
+        print(f"partial target: {facts['target-partial']}", flush=True)
+    return facts
 
 
 def work_of(set_name: str) -> Path:
@@ -179,7 +198,7 @@ def work_of(set_name: str) -> Path:
 
 
 def start(set_name: str) -> dict[str, int]:
-    ensure_models()
+    ensure_models(set_name)
     bench, work_root = SETS[set_name], work_of(set_name)
     work_root.mkdir(parents=True, exist_ok=True)
     launched: dict[str, int] = {}
@@ -369,6 +388,8 @@ def measure(set_name: str) -> int:
     stop(work_root, pids)
 
     made = json.loads((MODELS / "made.json").read_text()) if (MODELS / "made.json").exists() else None
+    if made is not None and (MODELS / "partial.json").exists():
+        made["target-partial"] = json.loads((MODELS / "partial.json").read_text())
     summary = summarize(runs)
     machine = environment()
     report = {
@@ -379,7 +400,7 @@ def measure(set_name: str) -> int:
         **machine,
         "gpu_memory_used_while_all_engines_up": smi_mem,
         "models": made,
-        "settings": {"configs": [{"name": c.name, "draft": c.draft, "num_speculative_tokens": c.k,
+        "settings": {"configs": [{"name": c.name, "target": c.target, "draft": c.draft, "num_speculative_tokens": c.k,
                                   "schedule": schedules.get(c.name), "env": dict(c.env),
                                   "kv_cache_memory_bytes": llm_kwargs(bench, c)["kv_cache_memory_bytes"]}
                                  for c in bench.configs],

@@ -14,8 +14,9 @@
 #   bash scripts/gpu/device.sh checkpair VERSION... only the cache Job's check step (dflash-check-pair) on each GPU
 #                                                   build, with the GPU and its driver visible and hidden
 #   bash scripts/gpu/device.sh bench VERSION        bench.py start + measure (the bounds' engines) on that release
-#   bash scripts/gpu/device.sh tune-start VERSION   issue 26's cost grid, first wave: models + `bench.py start
-#                                                   cost-random` (detached engines compile while the call returns)
+#   bash scripts/gpu/device.sh tune-start VERSION [SET]  issue 26's cost grid, first wave: models + `bench.py start
+#                                                   SET` (default cost-random; cost-partial also makes the partial
+#                                                   target); detached engines compile while the call returns
 #   bash scripts/gpu/device.sh tune-measure VERSION SET [NEXT]  `bench.py measure SET`, then start NEXT's engines;
 #                                                   $OUT/bench-SET.json and its logs come back
 #   bash scripts/gpu/device.sh diag VERSION         diag_random.py: where the random pair departs from no speculation
@@ -179,10 +180,10 @@ case $cmd in
     for_release "$1" bench.py start
     for_release "$1" bench.py measure
     ;;
-  tune-start)  # VERSION
+  tune-start)  # VERSION [SET]
     unpack "$1"
     [ -f "$LANE/$1/models/mid/made.json" ] || for_release "$1" models.py mid "$LANE/$1/models/mid"
-    for_release "$1" bench.py start cost-random
+    for_release "$1" bench.py start "${2:-cost-random}"
     ;;
   tune-measure)  # VERSION SET [NEXT]
     rc=0
@@ -197,5 +198,5 @@ case $cmd in
     echo 0 > "$LANE/$1/done"
     collect "$1"
     ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,29p' "$0"; exit 2 ;;
 esac
