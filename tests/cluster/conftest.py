@@ -13,11 +13,12 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds
+from dflash_testkit.controlplane import ControlPlane, build_binaries, default_crds, free_port
 from dflash_testkit.operator import running_operator
 
 _PLANE: ControlPlane | None = None
 _OPERATOR_LOG: Path | None = None
+_OPERATOR_METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +91,14 @@ def operator(control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
     global _OPERATOR_LOG
     _OPERATOR_LOG = control_plane.workdir / "logs" / "operator.log"
     # Pod IPs of the test cluster are loopback; the operator refuses to dial anything else.
-    settings = {"DFLASH_RESYNC_SECONDS": "2", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    settings = {"DFLASH_RESYNC_SECONDS": "2", "DFLASH_METRICS_ALLOWED_NETWORKS": "127.0.0.0/8",
+                "DFLASH_METRICS_PORT": str(_OPERATOR_METRICS_PORT), "DFLASH_METRICS_ADDRESS": "127.0.0.1"}
     # Every namespace but sa-*, where test_chart runs an operator with the chart's RBAC on its own.
     with running_operator(control_plane.kubeconfig, _OPERATOR_LOG, settings, namespaces=("!sa-*",)) as process:
         yield process
+
+
+@pytest.fixture
+def operator_metrics_url(operator: subprocess.Popen) -> str:
+    """The session operator's own metrics: what it alone did, where the API server counts every client's requests."""
+    return f"http://127.0.0.1:{_OPERATOR_METRICS_PORT}/metrics"

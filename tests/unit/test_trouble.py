@@ -213,3 +213,22 @@ def test_a_claim_pending_a_minute_counts_as_stalled_provisioning_without_a_node_
     assert not provisioning_stalled(claim, born + 59) and provisioning_stalled(claim, born + 60)
     assert not provisioning_stalled({**claim, "status": {"phase": "Bound"}}, born + 600)
     assert not provisioning_stalled(None, born)
+
+
+def test_reads_of_one_kind_are_forgotten_without_touching_the_others() -> None:
+    """A pass that looks at pods forgets pods no longer in trouble, never the claim's read (and the reverse): forgetting
+    across kinds would read both again on every pass of a DFlashDeployment with both in trouble."""
+    ledger, reads = Ledger(), []
+
+    def read(what: str) -> str:
+        reads.append(what)
+        return what
+
+    ledger.recent_read("uid", "claim/cache", 0.0, lambda: read("claim"))
+    ledger.recent_read("uid", "pod/a", 0.0, lambda: read("pod a"))
+    ledger.recent_read("uid", "pod/b", 0.0, lambda: read("pod b"))
+    ledger.forget_reads("uid", "pod", ["pod/a"])  # b serves now
+    ledger.forget_reads("uid", "claim", ["claim/cache"])
+    for key in ("claim/cache", "pod/a", "pod/b"):
+        ledger.recent_read("uid", key, 30.0, lambda key=key: read(key))
+    assert reads == ["claim", "pod a", "pod b", "pod/b"]

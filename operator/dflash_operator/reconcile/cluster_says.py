@@ -14,6 +14,7 @@ from dflash_operator.reconcile import cache_outcome
 from dflash_operator.reconcile.ledger import Ledger
 from dflash_operator.reconcile.observed import Observed
 from dflash_operator.render.cache import cache_name
+from dflash_operator.runtime import metrics
 from dflash_operator.runtime.clock import Clock, parse_rfc3339
 from dflash_operator.status import trouble
 
@@ -46,13 +47,13 @@ def cache_trouble(kube: Kube, observed: Observed, ledger: Ledger, clock: Clock, 
     claim = observed.child("v1", "PersistentVolumeClaim", namespace, name)
     found = trouble.cache_trouble(observed.job_pods(namespace, job_name), claim)
     stalled = provisioning_stalled(claim, clock.now().timestamp())
-    ledger.forget_reads(uid, [f"claim/{name}"] if stalled else [])
+    ledger.forget_reads(uid, "claim", [f"claim/{name}"] if stalled else [])
     if found is not None or not stalled:
         return found
     # A claim waiting for its volume is what every new cache does for a moment; one its provisioner refuses (an
     # access mode the class cannot give, a full disk) says so only in its own events: read them, at most once a minute.
-    said = ledger.recent_read(uid, f"claim/{name}", clock.monotonic(), lambda: kube.newest_event(
-        namespace, "PersistentVolumeClaim", name, "ProvisioningFailed", ""))
+    said = ledger.recent_read(uid, f"claim/{name}", clock.monotonic(), lambda: _newest_event(
+        kube, namespace, "PersistentVolumeClaim", name, "ProvisioningFailed", ""))
     return trouble.claim_trouble(name, said) if said else None
 
 
@@ -62,11 +63,17 @@ def probe_trouble(kube: Kube, ledger: Ledger, clock: Clock, uid: str, namespace:
     FAIL line, from the kubelet's event (read only for running unready pods, at most once a minute each; nothing for
     pods that serve, nor while vLLM is still loading)."""
     failing = trouble.probing_pods(pods)
-    ledger.forget_reads(uid, [f"pod/{pod}" for pod in failing])
+    ledger.forget_reads(uid, "pod", [f"pod/{pod}" for pod in failing])
     for pod in failing:
         def read(pod: str = pod) -> str:
-            return kube.newest_event(namespace, "Pod", pod, "Unhealthy", trouble.PROBE_FAILED)
+            return _newest_event(kube, namespace, "Pod", pod, "Unhealthy", trouble.PROBE_FAILED)
         found = trouble.probe_trouble(pod, ledger.recent_read(uid, f"pod/{pod}", clock.monotonic(), read))
         if found is not None:
             return found
     return None
+
+
+def _newest_event(kube: Kube, namespace: str, kind: str, name: str, reason: str, starting: str | tuple[str, ...]
+                  ) -> str:
+    metrics.EVENT_READS.labels(kind).inc()
+    return kube.newest_event(namespace, kind, name, reason, starting)

@@ -67,14 +67,16 @@ class Ledger:
             self._event_reads.setdefault(uid, {})[key] = (now, said)
         return said
 
-    def forget_reads(self, uid: str, keep: Iterable[str]) -> None:
-        """Drops what was read of objects no longer in trouble (ready, bound, replaced, gone)."""
+    def forget_reads(self, uid: str, kind: str, keep: Iterable[str]) -> None:
+        """Drops what was read of this kind's objects ("pod", "claim") no longer in trouble (ready, bound, replaced,
+        gone). Only that kind: a pass that looks at pods must not forget the claim's read, nor the reverse, or a
+        DFlashDeployment with both in trouble would read both on every pass."""
         keep = set(keep)
         with self._lock:
             reads = self._event_reads.get(uid)
             if reads is None:
                 return
-            for key in [k for k in reads if k not in keep]:
+            for key in [k for k in reads if k.startswith(f"{kind}/") and k not in keep]:
                 del reads[key]
             if not reads:
                 del self._event_reads[uid]

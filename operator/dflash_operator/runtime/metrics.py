@@ -20,6 +20,11 @@ RECONCILE_SECONDS = Histogram(
     "dflash_operator_reconcile_seconds", "Duration of one reconcile pass.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 STATUS_WRITES = Counter("dflash_operator_status_writes", "Status writes to DFlashDeployments.")
+# The API server counts every client's event lists alike (the namespace controller lists a terminating namespace's
+# events too): this is the operator's own share, for objects in trouble (at most one a minute per object).
+EVENT_READS = Counter(
+    "dflash_operator_event_reads", "Event lists read for a child in trouble (a pod failing its probe, a claim its "
+    "provisioner refuses), by the child's kind.", ["kind"])
 
 _OWNER = ["namespace", "dflashdeployment"]
 CONDITION = Gauge(

@@ -4,6 +4,7 @@ scale benchmark and the fault tests count the operator's writes."""
 from __future__ import annotations
 
 import collections
+import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,3 +52,12 @@ def operator_writes(counts: dict[str, int]) -> int:
     and status merge patches; the controllers' status updates (PUT) and the tests' own creates are not its."""
     return sum(n for key, n in counts.items()
                if key.startswith("APPLY ") or key in OPERATOR_POSTS or key == "PATCH dflashdeployments/status")
+
+
+def sample_sum(metrics_url: str, sample_name: str) -> float:
+    """The sum of a sample's values over its label sets, from a Prometheus text endpoint (the operator's own
+    counters: what it alone did, where the API server counts every client)."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == sample_name)
