@@ -30,14 +30,17 @@ kind=$cache/kind/bin/kind
 export DOCKER_HOST=unix://$cache/docker/docker.sock
 export KUBECONFIG=$cache/kind/kubeconfig KUBECACHEDIR=$cache/kind/kubecache
 # Debian's docker 20.10 CLI first: it has BuildKit built in (a newer CLI without buildx cannot `docker build` here).
-[ -x /usr/bin/docker ] && export PATH=/usr/bin:$PATH
+# Always, not only when /usr/bin/docker exists: on a cold machine dockerd.sh installs docker.io after this line, and
+# the kind tier of a cold CI (2026-12-05) then built with /usr/local/bin/docker 28 and failed ("BuildKit is enabled
+# but the buildx component is missing or broken").
+export PATH=/usr/bin:$PATH
 helm() { "$(ls -d "$cache"/bin/k8s-*/ | head -1)helm" "$@"; }
 say() { echo "[$((SECONDS))s] $*" >&2; }
 
 envlines() {
   echo "export DOCKER_HOST=$DOCKER_HOST KUBECONFIG=$KUBECONFIG KUBECACHEDIR=$KUBECACHEDIR"
   echo "export DFLASH_KIND_HUB=$HUB_ENDPOINT DFLASH_KIND_VLLM_IMAGE=$VLLM_IMAGE"
-  [ -x /usr/bin/docker ] && echo "export PATH=/usr/bin:\$PATH"
+  echo "export PATH=/usr/bin:\$PATH"
   return 0
 }
 
@@ -56,13 +59,22 @@ load_streamed() {
   if ctr_on images ls -q | grep -qx "$id"; then say "$1 already on $2"; return; fi
   docker save "$1" | ctr_on images import --all-platforms --digests --snapshotter=overlayfs --local \
     --discard-unpacked-layers - >/dev/null
-  # --digests names the image by its ID too (what the check above finds next time).
-  ctr_on images ls -q | grep -qx "$id" || { echo "$1 did not reach $2" >&2; return 1; }
-  say "$1 loaded onto $2 (streamed)"
+  # The reference named by the image ID is what the check above finds next time. A CI run on 2026-12-05 failed here
+  # reading the list once, right after the import (its output did not say why); the node's containerd may add that
+  # reference only after ctr returns, so the list is read until it shows it, for up to 120 s, and the wait is logged.
+  local waited=0
+  until ctr_on images ls -q | grep -qx "$id"; do
+    if [ "$waited" -ge 120 ]; then
+      echo "$1 did not reach $2 in 120 s after its import; the node's images:" >&2; ctr_on images ls -q >&2; return 1
+    fi
+    sleep 2; waited=$((waited + 2))
+  done
+  say "$1 loaded onto $2 (streamed; its ID reference after ${waited} s)"
 }
 
 up() {
   bash "$repo/scripts/kind/dockerd.sh" start >/dev/null; say "dockerd up"
+  hash -r   # a docker.io installed just now: look `docker` up again
   if [ ! -x "$kind" ]; then GOBIN=$cache/kind/bin go install "sigs.k8s.io/kind@$KIND_VERSION"; say "kind built"; fi
   bash "$repo/images/kind/stand-ins.sh" >/dev/null
   DOCKER_BUILDKIT=1 docker build --network host -q -t "$OPERATOR_IMAGE" -f "$repo/images/operator/Dockerfile" "$repo" >/dev/null

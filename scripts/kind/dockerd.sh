@@ -15,6 +15,13 @@ dir=$cache/docker
 sock=$dir/docker.sock pidfile=$dir/dockerd.pid
 export DOCKER_HOST=unix://$sock
 
+# What dockerd and its containerd create on the host outside their roots when absent, each removed at stop only
+# when this script's start found it absent (the flag file says so): the shims' sockets under /run/containerd/s,
+# runc's state root /run/runc, and /opt/containerd (containerd's "opt" plugin; dockerd 20.10 cannot move it).
+# Fresh-clone CIs on machines that never ran docker found /run/runc (2026-12-05) and /opt/containerd (2026-12-06) added.
+MADE_ON_HOST=(/run/containerd /run/runc /opt/containerd)
+made_flag() { echo "$dir/made$(tr / - <<<"$1")"; }   # /run/runc -> <dir>/made-run-runc
+
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 
 start() {
@@ -24,8 +31,8 @@ start() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker.io >/dev/null
   fi
   mkdir -p "$dir/data" "$dir/run"
-  # containerd-shim sockets go under /run/containerd/s whatever the exec-root: note whether we made it.
-  [ -e /run/containerd ] || touch "$dir/made-run-containerd"
+  # Host paths dockerd makes whatever its roots: note which are absent, to remove them at stop.
+  for path in "${MADE_ON_HOST[@]}"; do [ -e "$path" ] || touch "$(made_flag "$path")"; done
   nohup dockerd --data-root "$dir/data" --exec-root "$dir/run" --pidfile "$pidfile" -H "$DOCKER_HOST" \
     --iptables=false --ip-masq=false --ip-forward=false --bridge=none --ip6tables=false \
     --add-runtime "dflash-runc=$here/runc-no-sys-resource" --default-runtime dflash-runc \
@@ -53,7 +60,9 @@ stop() {
   # What dockerd may leave: its exec-root mounts (netns), its cgroups (cgroupfs driver, parent /docker), /run/containerd.
   { grep -o " $dir/[^ ]*" /proc/self/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   for c in /sys/fs/cgroup/*/docker; do [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true; done
-  if [ -f "$dir/made-run-containerd" ]; then rm -rf /run/containerd; rm -f "$dir/made-run-containerd"; fi
+  for path in "${MADE_ON_HOST[@]}"; do
+    if [ -f "$(made_flag "$path")" ]; then rm -rf "$path"; rm -f "$(made_flag "$path")"; fi
+  done
 }
 
 case ${1:-} in

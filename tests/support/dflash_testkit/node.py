@@ -6,8 +6,9 @@
 - Network: pods live on a bridge this fixture creates (CNI bridge + host-local IPAM on BRIDGE_SUBNET, no gateway,
   no masquerade, no routes), and the node's address is the bridge's own address, so the API server reaches the
   kubelet, and the kubelet the pods, only on that bridge. Nothing is routed anywhere else.
-- Images: built here (images/builder/build.py) and imported with `ctr -n k8s.io images import`; the locally built
-  pause image is containerd's sandbox image. Nothing is ever pulled.
+- Images: built here (images/builder/build.py) and imported with `ctr -n k8s.io images import --local
+  --discard-unpacked-layers` (the snapshots stay, the layer blobs go); the locally built pause image is
+  containerd's sandbox image. Nothing is ever pulled.
 - GPUs: the node has none. It advertises `nvidia.com/gpu` as an extended resource (a status patch, as the
   Kubernetes docs describe for extended resources) so GPU pods can be scheduled on it; nothing can use a GPU.
 - Storage: rancher's local-path-provisioner, as a host process, behind the default StorageClass `local-path`.
@@ -319,7 +320,9 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
             started = time.monotonic()
             held = self.ctr("images", "ls", "-q").stdout.split()
             if info["name"] not in held:
-                self.ctr("images", "import", info["tar"])
+                # Unpacked into snapshots, the layers' copies in the content store are dead weight (the vLLM image's
+                # are ~6 GB): the garbage collector may drop them, as kind's nodes do for what they pull.
+                self.ctr("images", "import", "--local", "--discard-unpacked-layers", info["tar"])
             info["import_seconds"] = round(time.monotonic() - started, 1)
             info["already_in_store"] = info["name"] in held
             repository = info["name"].rsplit(":", 1)[0]
