@@ -16,6 +16,7 @@ the GPU, round-robin over configurations. A SET names the configurations, batch 
                     target uncollapsed with lm_head row 0 scaled, and the all-accept draft, which is right at some
                     positions only) at K = 1, 2, 4, 8, batch 1..64, each cell's acceptance and mean accepted length
                     recorded; plus k4-random on the collapsed target, a same-run peer of cost-random's row
+  cost-partial-h100 no speculation and the partial pair at K = 2 and 8 only: what an 80 GB card holds at once
 
 These are BOUNDS with random weights, not real-model figures: the all-accept draft is the best any draft of this
 size can do on this stack, the random draft the worst (it costs drafting and verification and saves nothing).
@@ -102,6 +103,12 @@ SETS: dict[str, BenchSet] = {
          *(Config(f"k{k}-partial", "draft-matching", k, target="target-partial") for k in _GRID_KS),
          Config("k4-random", "draft-random", 4)),
         (1, 2, 4, 8, 16, 32, 64), 128, 5, "cost grid, partial pair (acceptance between the two ends)"),
+    # cost-partial's six engines need the H200's 141 GB; on an 80 GB H100 (2026-12-05) K 2 and 8 ran out of memory
+    # at start. These three fit 79 GB (weights ~10 GiB each, KV 3 + 6.5 + 17 GiB) and give the missing cells.
+    "cost-partial-h100": BenchSet(
+        (Config("no-spec", None, target="target-partial"),
+         *(Config(f"k{k}-partial", "draft-matching", k, target="target-partial") for k in (2, 8))),
+        (1, 2, 4, 8, 16, 32, 64), 128, 5, "cost grid, partial pair, K 2 and 8 (the engines an 80 GB card holds)"),
 }
 PROMPT_LEN = 32
 SHIPPED_COST_MODEL = HERE.parents[1] / "operator/dflash_operator/speculation/cost_models/" \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,10 +20,11 @@ from dflash_operator.reconcile.passes import reconcile
 from dflash_operator.runtime.clock import Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import auto, autopilot, tuner
-from dflash_operator.speculation.counters import SpecCounters
-from dflash_operator.speculation.recommendation import recommendation, shipped_cost_model
+from dflash_operator.speculation.counters import PodMetrics, SpecCounters
+from dflash_operator.speculation.recommendation import recommendation, shipped_cost_model_for
 from dflash_operator.speculation.window import Windows
 
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime.datetime(2026, 12, 4, 12, 0, tzinfo=datetime.UTC)
 USELESS, ALL_ACCEPT = [0.0] * 8, [1.0] * 8
 
@@ -37,7 +39,7 @@ def _dfd(extra_args: list[str] | None = None, **speculation) -> DFlashDeployment
 
 
 def _decide(dfd: DFlashDeployment, p: list[float], tuned=None, now: datetime.datetime = NOW) -> auto.TuningDecision:
-    advice = recommendation(dfd, p, 1000, shipped_cost_model(), 200)
+    advice = recommendation(dfd, p, 1000, shipped_cost_model_for("0.23.0"), 200)
     return auto.decide(dfd, tuned, advice.found, p, advice.cost, now)
 
 
@@ -142,7 +144,8 @@ def test_auto_rolls_the_pods_onto_the_schedule_and_never_writes_the_spec(monkeyp
     zeros = (0.0,) * 8
     readings = iter([SpecCounters(0, 0, 0, zeros), SpecCounters(100, 800, 0, zeros),
                      SpecCounters(200, 1600, 0, zeros), SpecCounters(300, 2400, 0, zeros)])
-    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_metrics",
+                        lambda url, timeout: PodMetrics(next(readings)))
     seconds = iter(range(0, 1000, 10))
     clock = Clock(monotonic=lambda: float(next(seconds)), now=lambda: NOW)
     body = copy.deepcopy(BODY)
@@ -181,3 +184,63 @@ def test_the_probe_asks_for_drafts_only_where_the_schedule_drafts_at_batch_size_
     assert probe_speculates(drafting.spec) and not probe_speculates(drafting.spec, speculate=False)
     assert not probe_speculates(silent_at_one.spec)
     assert probe_speculates(_dfd().spec), "no schedule: the static K drafts at every batch size"
+
+
+# A card where K=8 pays most at small batches and collapses at 64 (the lane saw 0.20x there on the H100 with a partly
+# accepting draft), while K=2 holds up: which single length is best depends on where the traffic runs.
+COLLAPSE = tuner.CostModel("test", "0.26.0", "test", (1, 8, 64), (0, 2, 8), {
+    (1, 0): 1.0, (1, 2): 1.1, (1, 8): 1.5, (8, 0): 1.0, (8, 2): 1.1, (8, 8): 1.5,
+    (64, 0): 1.0, (64, 2): 1.3, (64, 8): 10.0})
+
+
+def _decide_on(cost: tuner.CostModel, traffic: dict[int, float] | None) -> auto.TuningDecision:
+    dfd = _dfd(tuningMinGain=0.05)
+    found = tuner.recommend(ALL_ACCEPT, 1000, cost, 8, traffic=traffic)
+    assert isinstance(found, tuner.Recommendation)
+    return auto.decide(dfd, None, found, ALL_ACCEPT, cost, NOW, traffic)
+
+
+def test_auto_weighs_the_lengths_by_the_batch_sizes_the_pods_run() -> None:
+    # Evenly over the measured sizes (1, 8, 64) K=8, which runs, is best: (6 + 6 + 0.9) / 3 = 4.3 against K=2's 2.6.
+    assert _decide_on(COLLAPSE, None).tuned is None
+    # Traffic that runs at batch 64 nine reads in ten: K=2 (0.9 x 2.31 + 0.1 x 2.73 = 2.35) beats K=8 (1.41).
+    busy = _decide_on(COLLAPSE, {64: 9.0, 1: 1.0})
+    assert busy.tuned is not None and busy.tuned.summary == "1-1024:2" and busy.tuned.weighted_by == "Traffic"
+    assert busy.tuned.expected_speedup == pytest.approx(0.9 * 3 / 1.3 + 0.1 * 3 / 1.1, abs=0.005)
+    assert busy.tuned.replaced_expected_speedup == pytest.approx(0.9 * 9 / 10 + 0.1 * 9 / 1.5, abs=0.005)
+    assert busy.event is not None and "10 reads of the running batch size; most at 64 (90%), 1 (10%)" in busy.event
+    # The same traffic at small batches: K=8 stays.
+    assert _decide_on(COLLAPSE, {1: 5.0, 8: 5.0}).tuned is None
+
+
+def test_the_recommendation_reports_each_ranges_share_of_the_traffic() -> None:
+    dfd = _dfd(costModel=COLLAPSE.to_dict())
+    few = recommendation(dfd, ALL_ACCEPT, 1000, None, 200, {64: 9})
+    assert few.traffic is None and few.status is not None and few.status.weighted_speedup is None
+    assert all(r.traffic_share is None for r in few.status.schedule or [])
+    assert "fewer than 10 reads of a running batch size" in (few.status.message or "")
+    advice = recommendation(dfd, ALL_ACCEPT, 1000, None, 200, {1: 2, 8: 1, 40: 3, 300: 4})
+    assert advice.status is not None and advice.traffic is not None
+    by_range = {(r.from_batch_size, r.to_batch_size, r.num_speculative_tokens): r.traffic_share
+                for r in advice.status.schedule or []}
+    # K=8 below the crossing between 8 and 64, K=2 above; batch 300 is past 64, so it runs the last range.
+    crossing = next(r.to_batch_size for r in advice.status.schedule or [] if r.num_speculative_tokens == 8)
+    assert 8 < crossing < 40
+    assert by_range == {(1, crossing, 8): 0.3, (crossing + 1, 1024, 2): 0.7}
+    assert advice.status.weighted_speedup is not None and advice.status.message is None
+
+
+def test_on_the_lanes_grid_traffic_weighting_picks_the_best_measured_length_where_the_even_mean_did_not() -> None:
+    # bench/auto_traffic.py: the operator's own Auto on the H200 grid of 2026-12-05, traffic at one batch size each.
+    spec = importlib.util.spec_from_file_location("auto_traffic", REPO / "bench" / "auto_traffic.py")
+    assert spec is not None and spec.loader is not None
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    rows = replay.replay(json.loads(replay.DEFAULT_GRID.read_text()))
+    single = [(row, cell) for row in rows if row["traffic"].startswith("all at") for cell in row["cells"]]
+    assert len(single) == 14
+    assert all(cell["x_best_static"] >= 0.95 for _, cell in single), single
+    # At batch 64 K = 8 collapsed (0.54x): weighed by where the traffic runs Auto picks 4; the even mean kept 8.
+    at_64 = next(cell for row, cell in single if row["draft"] == "all-accept" and cell["batch"] == 64)
+    assert at_64["best_static_k"] == 4 and at_64["even_weighting_k"] == 8
+    assert at_64["even_weighting_x_best_static"] < 0.5

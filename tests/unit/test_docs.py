@@ -22,7 +22,8 @@ NOT_REASONS = {"CacheReady", "ModelsCompatible", "SpeculationHealthy", "ReplicaF
                "PersistentVolumeClaim", "ErrImagePull", "ErrImageNeverPull", "InvalidImageName", "DFlashDeployment",
                "ProvisioningFailed",  # the provisioner's event reason (reconcile.passes reads it)
                # node affinity operators and taint effects (reconcile.capacity)
-               "NotIn", "DoesNotExist", "NoSchedule", "NoExecute", "PreferNoSchedule"}
+               "NotIn", "DoesNotExist", "NoSchedule", "NoExecute", "PreferNoSchedule",
+               "MeasuredBatchSizes"}  # a value of status.speculation.tuned.weightedBy (speculation.auto), no reason
 CAMEL = re.compile(r"^(?=(?:.*[A-Z]){2})[A-Z][A-Za-z]*[a-z][A-Za-z]*$")
 
 

@@ -17,7 +17,8 @@ from dflash_operator.runtime import metrics
 from dflash_operator.runtime.clock import Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import autopilot
-from dflash_operator.speculation.counters import SpecCounters
+from dflash_operator.speculation.counters import PodMetrics, SpecCounters
+from dflash_operator.speculation.recommendation import shipped_cost_model_for
 from dflash_operator.speculation.window import Windows
 from dflash_testkit.indexes import observed
 
@@ -100,7 +101,8 @@ def test_measured_passes_judge_the_window_and_write_only_when_a_rounded_figure_m
         monkeypatch: pytest.MonkeyPatch) -> None:
     readings = iter([SpecCounters(0, 0, 0), SpecCounters(100, 400, 360), SpecCounters(200, 800, 720.4),
                      SpecCounters(300, 1200, 1080.6)])
-    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_metrics",
+                        lambda url, timeout: PodMetrics(next(readings)))
     seconds = iter(range(0, 1000, 10))
     clock = Clock(monotonic=lambda: float(next(seconds)))
     kube, ledger, windows, events = KeepingKube(), Ledger(), Windows(), []
@@ -117,7 +119,8 @@ def test_measured_passes_judge_the_window_and_write_only_when_a_rounded_figure_m
 
 def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(monkeypatch: pytest.MonkeyPatch) -> None:
     readings = iter([SpecCounters(0, 0, 0), SpecCounters(100, 400, 0)])
-    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_metrics",
+                        lambda url, timeout: PodMetrics(next(readings)))
     kube, ledger, windows, events = KeepingKube(), Ledger(), Windows(), []
     b = body()
     b["status"] = {"conditions": [{"type": "SpeculationHealthy", "status": "True", "reason": "AcceptanceAboveFloor",
@@ -137,23 +140,61 @@ def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(mon
     assert "--speculative-config" not in args and "--no-speculation" in probe
 
 
+# The serving image's pair check says vLLM 0.32.0: with no cost model from the chart, the one shipped for 0.26 (the
+# newest release measured at or below it), whose K 8 step collapses at batch 64, so K 8 pays only up to batch 36;
+# the chart's cost model (here 0.23's, which has no batch above 16) wins over the release's.
+@pytest.mark.parametrize(("config", "summary", "first_range", "measured_on"), [
+    (CONFIG, "1-36:8, 37-1024:4", ("1", "36"), "vLLM 0.26.0"),
+    (OperatorConfig(speculation_min_draft_tokens=10, cost_model=shipped_cost_model_for("0.23.0")), "1-1024:8",
+     ("1", "1024"), "vLLM 0.23.0"),
+])
 def test_measured_passes_publish_the_recommendation_once_and_never_touch_the_spec(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # K=8 (the golden input's), every drafted token accepted at every position: the longest measured draft pays.
+        monkeypatch: pytest.MonkeyPatch, config: OperatorConfig, summary: str, first_range: tuple[str, str],
+        measured_on: str) -> None:
+    # K=8 (the golden input's), every drafted token accepted at every position: the longest measured draft pays
+    # wherever its step does not collapse.
     by_position = tuple(float(n) for n in [100] * 8)
     readings = iter([SpecCounters(0, 0, 0, (0.0,) * 8), SpecCounters(100, 800, 800, by_position),
                      SpecCounters(200, 1600, 1600, tuple(2 * x for x in by_position)),
                      SpecCounters(300, 2400, 2400, tuple(3 * x for x in by_position))])
-    monkeypatch.setattr(reconcile_module.speculation, "read_pod_counters", lambda url, timeout: next(readings))
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_metrics",
+                        lambda url, timeout: PodMetrics(next(readings)))
     seconds = iter(range(0, 1000, 10))
     kube, ledger, windows = KeepingKube(), Ledger(), Windows()
     spec_before = copy.deepcopy(body(policy="Alert")["spec"])
     for _ in range(4):
-        reconcile(kube, world(), ledger, body(policy="Alert"), CONFIG, lambda *e: None, measure=True,
+        reconcile(kube, world(), ledger, body(policy="Alert"), config, lambda *e: None, measure=True,
                   windows=windows, clock=Clock(monotonic=lambda: float(next(seconds))))
     published = [s["speculation"]["recommendation"] for s in kube.statuses
                  if ((s.get("speculation") or {}).get("recommendation") or {}).get("summary")]
     assert len(published) == 1, "written once: later passes find the same rounded recommendation"
-    assert published[0]["summary"] == "1-1024:8" and published[0]["measuredTokens"] == 8
-    assert metrics.RECOMMENDED_TOKENS.labels(NS, NAME, "1", "1024")._value.get() == 8  # noqa: SLF001
+    assert published[0]["summary"] == summary and published[0]["measuredTokens"] == 8
+    assert measured_on in published[0]["costModel"]
+    assert metrics.RECOMMENDED_TOKENS.labels(NS, NAME, *first_range)._value.get() == 8  # noqa: SLF001
     assert body(policy="Alert")["spec"] == spec_before
+
+
+def test_the_running_batch_size_read_with_the_counters_weighs_the_recommendation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every drafted token accepted; the pod's one engine runs 16 requests at every read, once with none.
+    by_position = (100.0,) * 8
+    reads = iter([PodMetrics(SpecCounters(100 * n, 800 * n, 800 * n, tuple(n * x for x in by_position)),
+                             (0,) if n == 3 else (16,)) for n in range(14)])
+    monkeypatch.setattr(reconcile_module.speculation, "read_pod_metrics", lambda url, timeout: next(reads))
+    seconds = iter(range(0, 1000, 10))
+    kube, ledger, windows = KeepingKube(), Ledger(), Windows()
+    for _ in range(14):
+        reconcile(kube, world(), ledger, body(policy="Alert"), CONFIG, lambda *e: None, measure=True,
+                  windows=windows, clock=Clock(monotonic=lambda: float(next(seconds))))
+    said = [s["speculation"]["recommendation"] for s in kube.statuses
+            if ((s.get("speculation") or {}).get("recommendation") or {}).get("summary")]
+    # First weighed evenly (fewer than 10 reads of a running batch), then by the reads: all at 16, the idle one apart.
+    assert "fewer than 10 reads" in said[0]["message"] and said[0].get("weightedSpeedup") is None
+    assert said[-1]["schedule"][0]["trafficShare"] == 1.0 and said[-1].get("message") is None
+    # All of it at batch 16: the expected speedup there, E(8) / c(16, 8) of the cost model shipped for the serving
+    # vLLM (0.32.0 -> 0.26's), not the range's lowest.
+    assert said[-1]["weightedSpeedup"] == round(9 / shipped_cost_model_for("0.32.0").at(16, 8), 2) == 4.05
+    assert len(said) == 2, "written when the weighting changed, not at every read"
+    assert metrics.RECOMMENDED_TRAFFIC_SHARE.labels(NS, NAME, "1", "36")._value.get() == 1.0  # noqa: SLF001
+    assert metrics.RECOMMENDED_TRAFFIC_SHARE.labels(NS, NAME, "37", "1024")._value.get() == 0.0  # noqa: SLF001
+    assert metrics.RECOMMENDED_WEIGHTED_SPEEDUP.labels(NS, NAME)._value.get() == 4.05  # noqa: SLF001

@@ -8,15 +8,17 @@ import pytest
 
 from dflash_operator.speculation.counters import (
     AddressNotAllowed,
+    PodMetrics,
     SpecCounters,
     metrics_url,
-    parse_counters,
+    parse_pod_metrics,
 )
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 0.0
+vllm:num_requests_running{engine="1",model_name="m"} 12.0
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts_total counter
 vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 6.0
@@ -35,15 +37,25 @@ vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 10.0
 """
 
 
-def test_counters_are_summed_over_engines() -> None:
-    counters = parse_counters(VLLM_METRICS)
+def test_counters_are_summed_over_engines_and_each_engine_keeps_its_running_batch() -> None:
+    metrics = parse_pod_metrics(VLLM_METRICS)
+    assert metrics is not None
+    counters = metrics.counters
     assert counters == SpecCounters(drafts=10, draft_tokens=80, accepted_tokens=40)
+    # Batch sizes are per engine, never summed: engine 1's 12 running requests are not a batch of 12 on engine 0.
+    assert metrics.running == (0, 12)
     assert counters.acceptance_rate == pytest.approx(0.5)
     assert counters.mean_accepted_length == pytest.approx(5.0)
 
 
 def test_server_without_speculation_has_no_counters() -> None:
-    assert parse_counters(VLLM_METRICS.split("# HELP vllm:spec_decode_num_drafts_total")[0]) is None
+    assert parse_pod_metrics(VLLM_METRICS.split("# HELP vllm:spec_decode_num_drafts_total")[0]) is None
+
+
+def test_a_server_without_the_running_gauge_still_gives_its_counters() -> None:
+    text = VLLM_METRICS.split("# HELP vllm:spec_decode_num_drafts_total")[1]
+    assert parse_pod_metrics("# HELP vllm:spec_decode_num_drafts_total" + text) == PodMetrics(
+        SpecCounters(drafts=10, draft_tokens=80, accepted_tokens=40), running=())
 
 
 def test_no_drafts_means_no_rate() -> None:

@@ -73,3 +73,14 @@ def test_a_restart_seen_in_any_counter_is_a_restart() -> None:
     readings = [Reading(0, c(10, 80, 70)), Reading(30, c(15, 100, 20))]
     assert increase(readings) == c(15, 100, 20)
     assert increase(readings).acceptance_rate == 0.2
+
+
+def test_the_running_batch_sizes_of_every_engine_are_counted_within_the_window_and_idle_apart() -> None:
+    windows = PodWindows()
+    windows.record(0, {"a": c(0, 0, 0)}, span=60, running={"a": (32,)})           # out of the window by t=90
+    windows.record(40, {"a": c(10, 40, 40), "b": c(0, 0, 0)}, span=60, running={"a": (4,), "b": (4, 0)})
+    windows.record(90, {"a": c(20, 80, 80), "b": c(5, 20, 20)}, span=60, running={"a": (8,)})  # b's not read
+    figures = windows.figures(90, span=60)
+    assert figures is not None
+    # The baseline read at t=0 gives its counters to the first increase, but its batch size is not in the window.
+    assert figures.batch_sizes == {4: 2, 8: 1} and figures.idle_reads == 1

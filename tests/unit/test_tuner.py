@@ -18,6 +18,7 @@ from dflash_operator.speculation.tuner import (
     expected_tokens,
     gain_over,
     recommend,
+    traffic_shares,
 )
 
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
@@ -223,3 +224,10 @@ def test_gain_over_a_running_schedule_weighs_by_traffic() -> None:
         gain_over([ScheduleRange(2, 8, 2, 0, 0)], rec, p, LOADED)
     with pytest.raises(ValueError, match="traffic carries no steps"):
         gain_over(4, rec, p, LOADED, traffic={1: 0.0})
+
+
+def test_traffic_shares_follow_the_ranges_and_a_batch_past_the_last_runs_in_it() -> None:
+    ranges = (ScheduleRange(1, 8, 4, 2.0, 2.5), ScheduleRange(9, 64, 0, 1.0, 1.0))
+    assert traffic_shares(ranges, {1: 1.0, 8: 1.0, 9: 1.0, 2048: 1.0}) == [0.5, 0.5]
+    with pytest.raises(ValueError, match="no steps"):
+        traffic_shares(ranges, {4: 0.0})

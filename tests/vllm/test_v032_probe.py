@@ -179,6 +179,42 @@ def greedy(server: vllm_proc.Server, prompt: str) -> tuple[list[int], list[dict[
     return choice["token_ids"], top
 
 
+# The operator's own reader (its venv, not vLLM's), polling a server's /metrics as a resync pass does, every 0.1 s
+# until the file named by argv[2] exists: one JSON line per read.
+POLL_METRICS = """
+import json, sys, time
+from pathlib import Path
+from dflash_operator.speculation.counters import read_pod_metrics
+while not Path(sys.argv[2]).exists():
+    metrics = read_pod_metrics(sys.argv[1], 2.0)
+    print(json.dumps(None if metrics is None else {"running": metrics.running, "drafts": metrics.counters.drafts}),
+          flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_the_operator_reads_the_running_batch_size_while_requests_run(servers, tmp_path):
+    # Issue 26 part 4: the batch sizes that weigh the recommendation are vLLM's own gauge, read with the counters.
+    server, done = servers["matching"], tmp_path / "done"
+    reader = subprocess.Popen([str(OPERATOR.parent / "python"), "-c", POLL_METRICS, f"{server.url}/metrics",
+                               str(done)], stdout=subprocess.PIPE, text=True)
+    first = reader.stdout.readline() if reader.stdout else ""  # the reader is up before the requests start
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(lambda i: vllm_proc.complete(server, f"request {i} of six", max_tokens=160, timeout=300),
+                          range(6)))
+    finally:
+        done.touch()
+        out, _ = reader.communicate(timeout=30)
+    reads = [json.loads(line) for line in [first, *out.splitlines()] if line.strip()]
+    assert reads and all(r is not None for r in reads), out[-2000:]
+    running = [b for r in reads for b in r["running"]]
+    # One engine, so one batch size per read; several requests in one batch at some read, and drafts counted.
+    assert all(len(r["running"]) == 1 for r in reads), reads[:5]
+    assert max(running) >= 2, f"the gauge never showed a batch of two or more in {len(reads)} reads: {running}"
+    assert reads[-1]["drafts"] > reads[0]["drafts"], (reads[0], reads[-1])
+
+
 def test_greedy_output_is_the_same_with_and_without_speculation(servers):
     prompts = ["The quick brown fox", "Kubernetes operators reconcile", "DFlash drafts a whole block"]
     outputs = {"random": [], "plain": []}

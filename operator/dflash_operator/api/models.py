@@ -231,7 +231,8 @@ class SpeculationSpec(ApiModel):
     )] = 0.05
     cost_model: Annotated[CostModelSpec | None, Field(
         description="The cost model the recommendation uses, measured on this deployment's hardware and vLLM. "
-                    "Unset: the operator's default (the chart's speculation.costModel, else the one shipped).",
+                    "Unset: the operator's default (the chart's operator.costModel, else the one shipped for the "
+                    "serving vLLM release: status.speculation.recommendation.costModel names it).",
     )] = None
 
 

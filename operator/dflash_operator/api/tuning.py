@@ -3,7 +3,7 @@ The arithmetic is speculation.tuner's; these are only the shapes on the wire."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -34,6 +34,11 @@ class RecommendedRange(ApiModel):
     num_speculative_tokens: Annotated[int, Field(description="The draft length that pays most here; 0: none pays.")]
     expected_speedup: Annotated[float, Field(
         description="Expected output tokens per second against no speculation, the range's lowest.")]
+    traffic_share: Annotated[float | None, Field(
+        description="Share of the window's reads of the running batch size (vllm:num_requests_running, every "
+                    "engine, idle ones left out) that fell in this range, to one decimal; absent while the window has "
+                    "too few.")
+                             ] = None
 
 
 class SpeculationRecommendation(ApiModel):
@@ -46,6 +51,10 @@ class SpeculationRecommendation(ApiModel):
     measured_tokens: Annotated[int | None, Field(
         description="Draft positions the window measured: never recommends more (unknown beyond).")] = None
     cost_model: Annotated[str | None, Field(description="The cost model's GPU, vLLM release and model.")] = None
+    weighted_speedup: Annotated[float | None, Field(
+        description="Expected speedup of the schedule over the window's traffic: each batch size weighted by its "
+                    "share of reads. Absent while the window has too few reads (Auto then weighs the cost model's "
+                    "batch sizes evenly).")] = None
     reason: Annotated[str | None, Field(description="Why there is no recommendation (TooFewDrafts, ...).")] = None
     message: Annotated[str | None, Field(description="The reason, or a note on the recommendation, for people.")
                        ] = None
@@ -60,8 +69,11 @@ class TunedSchedule(ApiModel):
     since: Annotated[str, Field(description="When it was applied (RFC 3339); the next change waits "
                                             "spec.speculation.tuningIntervalSeconds from here.")]
     expected_speedup: Annotated[float, Field(
-        description="Its expected output tokens per second against no speculation when applied, averaged over the "
-                    "cost model's batch sizes.")]
+        description="Its expected output tokens per second against no speculation when applied, weighted as "
+                    "weightedBy says.")]
     replaced: Annotated[str, Field(description="The length it replaced, 1-1024:k.")]
     replaced_expected_speedup: Annotated[float, Field(
         description="The replaced schedule's expected speedup on the same window and cost model.")]
+    weighted_by: Annotated[Literal["Traffic", "MeasuredBatchSizes"] | None, Field(
+        description="How the batch sizes were weighted: Traffic, by the window's reads of the running batch size; "
+                    "MeasuredBatchSizes, evenly over the cost model's batch sizes (too few reads).")] = None

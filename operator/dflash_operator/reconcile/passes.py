@@ -48,8 +48,8 @@ from dflash_operator.runtime.clock import SYSTEM_CLOCK, Clock
 from dflash_operator.runtime.config import OperatorConfig
 from dflash_operator.speculation import auto, autopilot
 from dflash_operator.speculation import counters as speculation
-from dflash_operator.speculation.recommendation import recommendation
-from dflash_operator.speculation.vllm_features import missing_features
+from dflash_operator.speculation.recommendation import recommendation, shipped_cost_model_for
+from dflash_operator.speculation.vllm_features import declared_version, missing_features
 from dflash_operator.speculation.window import WindowFigures, Windows
 from dflash_operator.status import conditions as status
 from dflash_operator.status import trouble
@@ -173,14 +173,19 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
     if measure:
         window = (windows or Windows()).of(meta["uid"], autopilot.speculation_fingerprint(dfd))
         span = dfd.spec.speculation.window_seconds
-        window.record(clock.monotonic(), _measure(observed, namespace, name, config), span)
+        measured = _measure(observed, namespace, name, config)
+        window.record(clock.monotonic(), {pod: m.counters for pod, m in measured.items()}, span,
+                      {pod: m.running for pod, m in measured.items()})
         healthy = next((c for c in old_status.get("conditions") or [] if c.get("type") == status.SPECULATION_HEALTHY),
                        None)
         seen = window.figures(clock.monotonic(), span)
         verdict = autopilot.judge(dfd, seen, previous, healthy, clock.now(), config.speculation_min_draft_tokens)
         new.speculation = verdict.figures
         if fallback is None and not verdict.started_fallback:
-            new.speculation = _tuned(dfd, new.speculation, tuned, seen, config, clock, emit)
+            # The version the pair check found in the image, else the one the spec declares.
+            serving = (new.pair_check.vllm_version if new.pair_check is not None else None) \
+                or declared_version(dfd.spec)
+            new.speculation = _tuned(dfd, new.speculation, tuned, seen, config, clock, emit, serving)
         conditions.append(verdict.healthy)
     elif previous is not None and previous.fallback is not None and fallback is None:
         # Speculation is back (a spec change, or the resume annotation): the pods roll with the draft again.
@@ -194,14 +199,18 @@ def reconcile(kube: Kube, observed: Observed, ledger: Ledger, body: dict[str, An
 
 
 def _tuned(dfd: DFlashDeployment, figures: SpeculationStatus, tuned: TunedSchedule | None,
-           seen: WindowFigures | None, config: OperatorConfig, clock: Clock, emit: EventSink) -> SpeculationStatus:
+           seen: WindowFigures | None, config: OperatorConfig, clock: Clock, emit: EventSink,
+           vllm_version: str | None) -> SpeculationStatus:
     """The window's figures with the recommendation (tuning Recommend or Auto) and the schedule Auto has the pods
-    run: kept while nothing new is measured, replaced when a recommendation pays enough (an event says so)."""
+    run: kept while nothing new is measured, replaced when a recommendation pays enough (an event says so).
+    `vllm_version`: the serving vLLM's, which picks the shipped cost model when the chart gives none."""
     if seen is None:  # no pod exposes counters: nothing to recommend, and what runs stays
         return figures.model_copy(update={"tuned": tuned})
-    advice = recommendation(dfd, figures.acceptance_by_position, seen.increase.drafts, config.cost_model,
-                            config.speculation_min_draft_tokens)
-    decision = auto.decide(dfd, tuned, advice.found, figures.acceptance_by_position or [], advice.cost, clock.now())
+    default = config.cost_model or shipped_cost_model_for(vllm_version)
+    advice = recommendation(dfd, figures.acceptance_by_position, seen.increase.drafts, default,
+                            config.speculation_min_draft_tokens, seen.batch_sizes)
+    decision = auto.decide(dfd, tuned, advice.found, figures.acceptance_by_position or [], advice.cost, clock.now(),
+                           advice.traffic)
     if decision.event is not None:
         emit("Normal", auto.SPECULATION_TUNED, decision.event)
     said = advice.status
@@ -389,16 +398,16 @@ def _write_status(kube: Kube, ledger: Ledger, clock: Clock, body: dict[str, Any]
 
 
 def _measure(observed: Observed, namespace: str, name: str, config: OperatorConfig
-             ) -> dict[str, speculation.SpecCounters]:
-    """The counters of every running serving pod that answers, by pod (name and address)."""
-    readings: dict[str, speculation.SpecCounters] = {}
+             ) -> dict[str, speculation.PodMetrics]:
+    """The counters and running batch sizes of every running serving pod that answers, by pod (name and address)."""
+    readings: dict[str, speculation.PodMetrics] = {}
     for pod_name, ip in observed.running_pods(namespace, name):
         try:
             url = speculation.metrics_url(ip, SERVING_PORT, config.metrics_allowed_networks)
-            counters = speculation.read_pod_counters(url, config.metrics_timeout_seconds)
+            metrics = speculation.read_pod_metrics(url, config.metrics_timeout_seconds)
         except (OSError, ValueError) as error:
             log.debug("no metrics from pod %s of %s/%s: %s", ip, namespace, name, error)
             continue
-        if counters is not None:
-            readings[f"{pod_name}/{ip}"] = counters
+        if metrics is not None:
+            readings[f"{pod_name}/{ip}"] = metrics
     return readings

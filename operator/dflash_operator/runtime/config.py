@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dflash_operator.api.models import HUB_ENDPOINT_PATTERN
 from dflash_operator.render.cache import CacheConfig
 from dflash_operator.render.serving import RenderConfig
-from dflash_operator.speculation.recommendation import parse_cost_model, shipped_cost_model
+from dflash_operator.speculation.recommendation import parse_cost_model
 from dflash_operator.speculation.tuner import CostModel
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -49,9 +49,10 @@ class OperatorConfig:
     # A cluster autoscaler may add the node that fits: NoNodeFits then warns and waits instead of stalling
     # (chart: nodeCheck.autoscaling; one DFlashDeployment: the annotation serving.dflash.dev/node-autoscaling).
     node_autoscaling: bool = False
-    # The draft-length recommendation's default cost model (chart: operator.costModel; else the one shipped for the
-    # only hardware measured so far, speculation/cost_models/). A DFlashDeployment may bring its own.
-    cost_model: CostModel | None = field(default_factory=shipped_cost_model)
+    # The draft-length recommendation's default cost model (chart: operator.costModel). None: the one shipped for
+    # each DFlashDeployment's serving vLLM release (speculation.recommendation.shipped_cost_model_for). A
+    # DFlashDeployment may bring its own.
+    cost_model: CostModel | None = None
 
 
 class ConfigError(ValueError):

@@ -61,6 +61,15 @@ RECOMMENDED_SPEEDUP = Gauge(
     "dflash_speculation_recommended_speedup",
     "Expected speedup over no speculation of the recommended draft length, the range's lowest.",
     _OWNER + ["from_batch_size", "to_batch_size"])
+RECOMMENDED_TRAFFIC_SHARE = Gauge(
+    "dflash_speculation_recommended_traffic_share",
+    "Share of the window's reads of the running batch size (every engine's vllm:num_requests_running, idle ones left "
+    "out) in a range of the recommendation; absent while the window has too few reads.",
+    _OWNER + ["from_batch_size", "to_batch_size"])
+RECOMMENDED_WEIGHTED_SPEEDUP = Gauge(
+    "dflash_speculation_recommended_weighted_speedup",
+    "Expected speedup over no speculation of the recommended schedule over the window's traffic (each batch size "
+    "weighted by its share of reads); absent while the window has too few reads.", _OWNER)
 
 _lock = threading.Lock()
 Series = tuple[Gauge, tuple[str, ...]]
@@ -112,11 +121,16 @@ def publish_speculation(uid: str, namespace: str, name: str, figures: Speculatio
         span = (namespace, name, str(step.from_batch_size), str(step.to_batch_size))
         values[(RECOMMENDED_TOKENS, span)] = step.num_speculative_tokens
         values[(RECOMMENDED_SPEEDUP, span)] = step.expected_speedup
+        if step.traffic_share is not None:
+            values[(RECOMMENDED_TRAFFIC_SHARE, span)] = step.traffic_share
+    if figures.recommendation is not None and figures.recommendation.weighted_speedup is not None:
+        values[(RECOMMENDED_WEIGHTED_SPEEDUP, labels)] = figures.recommendation.weighted_speedup
     for step in (figures.tuned.schedule if figures.tuned else None) or []:
         values[(TUNED_TOKENS, (namespace, name, str(step.from_batch_size), str(step.to_batch_size)))] = (
             step.num_speculative_tokens)
     _publish(uid, (ACCEPTANCE_FLOOR, FALLBACK, PAUSES_UNDER_LOAD, ACCEPTANCE_RATE, MEAN_ACCEPTED_LENGTH,
-                   ACCEPTANCE_BY_POSITION, RECOMMENDED_TOKENS, RECOMMENDED_SPEEDUP, TUNED_TOKENS), values)
+                   ACCEPTANCE_BY_POSITION, RECOMMENDED_TOKENS, RECOMMENDED_SPEEDUP, RECOMMENDED_TRAFFIC_SHARE,
+                   RECOMMENDED_WEIGHTED_SPEEDUP, TUNED_TOKENS), values)
 
 
 def forget(uid: str) -> None:

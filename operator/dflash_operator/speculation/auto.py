@@ -1,8 +1,9 @@
 """spec.speculation.tuning = Auto: whether the pods roll onto a new draft length now. Pure: the applied length
 comes in from status, the time from the caller.
 
-Auto applies ONE draft length, the recommended schedule's length with the highest expected speedup over the measured
-batch sizes, rendered as a plain num_speculative_tokens (0: the target alone, no draft). Not vLLM's per-batch-size
+Auto applies ONE draft length, the recommended schedule's length with the highest expected speedup over the load the
+pods carry (the window's reads of the running batch size; the cost model's batch sizes evenly while it has too few),
+rendered as a plain num_speculative_tokens (0: the target alone, no draft). Not vLLM's per-batch-size
 schedule: on the H200 with vLLM 0.26 (bench/results/gpu-lane-cost-2026-12-05.json) a schedule made the V1 runner drop
 to piecewise CUDA graphs and still ran the draft at K = 0, so the recommended schedule served at 0.43-0.63x of the
 best static length, and "0 everywhere" at 0.16-0.41x of no speculation. A static length keeps full graphs on every
@@ -87,10 +88,12 @@ def best_length(found: tuner.Recommendation, acceptance_by_position: Sequence[fl
 
 
 def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Recommendation | None,
-           acceptance_by_position: Sequence[float], cost: tuner.CostModel | None, now: datetime.datetime
-           ) -> TuningDecision:
+           acceptance_by_position: Sequence[float], cost: tuner.CostModel | None, now: datetime.datetime,
+           traffic: Mapping[int, float] | None = None) -> TuningDecision:
     """What the pods should run after this window: `tuned` kept, replaced by `found`, or nothing (Auto off or
-    unable). `found` is this window's recommendation, None when there is none."""
+    unable). `found` is this window's recommendation, None when there is none. `traffic`: the window's reads per
+    running batch size, which weigh the lengths by the load the pods carry; None (too few reads): the cost model's
+    batch sizes count evenly."""
     spec = dfd.spec
     if spec.speculation.tuning != "Auto":
         return TuningDecision(None)
@@ -104,7 +107,7 @@ def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Reco
     running = tuned_length(tuned)
     if running is None:
         running = spec.num_speculative_tokens
-    weights = dict.fromkeys(found.batch_sizes, 1.0)
+    weights = traffic if traffic is not None else dict.fromkeys(found.batch_sizes, 1.0)
     try:
         before = tuner.schedule_speedup(running, acceptance_by_position, cost, weights)
     except ValueError as unknown:  # a running draft length the cost model or the window never measured
@@ -117,10 +120,21 @@ def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Reco
         schedule=[RecommendedRange(from_batch_size=_ALL_SIZES[0], to_batch_size=_ALL_SIZES[1],
                                    num_speculative_tokens=k, expected_speedup=round(after, 2))],
         summary=summary, since=rfc3339(now), expected_speedup=round(after, 2), replaced=replaced,
-        replaced_expected_speedup=round(before, 2))
-    sizes = ", ".join(str(b) for b in found.batch_sizes)
+        replaced_expected_speedup=round(before, 2),
+        weighted_by="Traffic" if traffic is not None else "MeasuredBatchSizes")
     what = "the target alone, no draft length pays" if k == 0 else f"{k} draft tokens"
     return TuningDecision(applied, event=(
-        f"the pods roll onto {summary} (from-to:k; {what}): expected {after:.2f}x of no speculation over batch "
-        f"sizes {sizes}, against {before:.2f}x with {replaced}; next change no sooner than "
+        f"the pods roll onto {summary} (from-to:k; {what}): expected {after:.2f}x of no speculation "
+        f"{_over(weights, traffic is not None)}, against {before:.2f}x with {replaced}; next change no sooner than "
         f"{spec.speculation.tuning_interval_seconds} s from now"))
+
+
+def _over(weights: Mapping[int, float], traffic: bool) -> str:
+    """What the expected speedups were averaged over, for the event."""
+    if not traffic:
+        sizes = ", ".join(str(b) for b in weights)
+        return f"over batch sizes {sizes} (evenly: too few reads of the running batch size)"
+    total = sum(weights.values())
+    busiest = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:3]
+    shares = ", ".join(f"{b} ({w / total:.0%})" for b, w in busiest)
+    return f"over the window's traffic ({total:.0f} reads of the running batch size; most at {shares})"

@@ -1,4 +1,5 @@
-"""Speculative-decoding figures read from vLLM's Prometheus /metrics of the ready serving pods."""
+"""Speculative-decoding figures and the running batch size, read from vLLM's Prometheus /metrics of the ready
+serving pods."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label `position`, from 0
+# A gauge, one sample per engine: the requests in its running batch at the read, the batch size that
+# num_speculative_tokens_per_batch_size and the cost model key on.
+RUNNING = "vllm:num_requests_running"
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,20 @@ def _by_position(a: tuple[float, ...], b: tuple[float, ...], sign: float) -> tup
     return tuple(x + sign * y for x, y in zip(a, b, strict=True))
 
 
-def parse_counters(text: str) -> SpecCounters | None:
-    """Sums the spec-decode counters over every engine; None when the server exposes none (no speculation)."""
+@dataclass(frozen=True)
+class PodMetrics:
+    """One read of a serving pod's /metrics: its spec-decode counters, and each engine's running batch size."""
+
+    counters: SpecCounters
+    running: tuple[int, ...] = ()
+
+
+def parse_pod_metrics(text: str) -> PodMetrics | None:
+    """Sums the spec-decode counters over every engine and keeps each engine's running batch size; None when the
+    server exposes no spec-decode counters (no speculation)."""
     totals = {DRAFTS: 0.0, DRAFT_TOKENS: 0.0, ACCEPTED_TOKENS: 0.0}
     by_position: dict[int, float] = {}
+    running: list[int] = []
     seen = False
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -68,10 +82,13 @@ def parse_counters(text: str) -> SpecCounters | None:
             elif sample.name == ACCEPTED_PER_POSITION and sample.labels.get("position", "").isdigit():
                 position = int(sample.labels["position"])
                 by_position[position] = by_position.get(position, 0.0) + sample.value
+            elif sample.name == RUNNING and sample.value >= 0:
+                running.append(round(sample.value))
     if not seen:
         return None
     positions = tuple(by_position.get(i, 0.0) for i in range(max(by_position) + 1)) if by_position else ()
-    return SpecCounters(totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS], positions)
+    return PodMetrics(SpecCounters(totals[DRAFTS], totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS], positions),
+                      tuple(running))
 
 
 class AddressNotAllowed(ValueError):
@@ -88,6 +105,6 @@ def metrics_url(pod_ip: str, port: int, allowed: Iterable[ipaddress.IPv4Network 
     return f"http://{host}:{port}/metrics"
 
 
-def read_pod_counters(url: str, timeout: float) -> SpecCounters | None:
+def read_pod_metrics(url: str, timeout: float) -> PodMetrics | None:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - URL built by metrics_url
-        return parse_counters(response.read().decode("utf-8", errors="replace"))
+        return parse_pod_metrics(response.read().decode("utf-8", errors="replace"))

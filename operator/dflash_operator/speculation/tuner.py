@@ -155,13 +155,18 @@ class Recommendation:
                 for r in self.ranges]
 
 
-def _k_at(ranges: Sequence[ScheduleRange], b: int) -> int:
-    """The k a schedule runs at batch size b: its range, or the range below a gap (the API's rule, which also carries
-    the last range on above it)."""
-    below = [r for r in ranges if r.from_batch_size <= b]
+def _range_at(ranges: Sequence[ScheduleRange], b: int) -> int:
+    """The index of the range a schedule runs at batch size b: its range, or the range below a gap (the API's rule,
+    which also carries the last range on above it)."""
+    below = [i for i, r in enumerate(ranges) if r.from_batch_size <= b]
     if not below:
         raise ValueError(f"the schedule has no range for batch size {b}: one range must start at 1")
-    return max(below, key=lambda r: r.from_batch_size).k
+    return max(below, key=lambda i: ranges[i].from_batch_size)
+
+
+def _k_at(ranges: Sequence[ScheduleRange], b: int) -> int:
+    """The k a schedule runs at batch size b (_range_at's range)."""
+    return ranges[_range_at(ranges, b)].k
 
 
 def recommend(p: Sequence[float], drafts: int, cost: CostModel, measured_k: int, *, min_drafts: int = 200,
@@ -214,6 +219,17 @@ def _weighted(speedup: Callable[[int], float], weights: Mapping[int, float]) -> 
     if total <= 0:
         raise ValueError(f"traffic carries no steps: {dict(weights)}")
     return sum(speedup(b) * w for b, w in weights.items() if w > 0) / total
+
+
+def traffic_shares(ranges: Sequence[ScheduleRange], traffic: Mapping[int, float]) -> list[float]:
+    """Each range's share of the traffic's weight, each batch size counted in the range that runs it (_range_at)."""
+    total = sum(traffic.values())
+    if total <= 0:
+        raise ValueError(f"traffic carries no steps: {dict(traffic)}")
+    shares = [0.0] * len(ranges)
+    for b, w in traffic.items():
+        shares[_range_at(ranges, b)] += w
+    return [share / total for share in shares]
 
 
 def schedule_speedup(schedule: Sequence[ScheduleRange] | int, p: Sequence[float], cost: CostModel,

@@ -6,6 +6,10 @@ increases, the way Prometheus's increase() does: a counter that went down means 
 reading is the increase since then. A pod that is gone (scaled down, replaced) keeps what it contributed until its
 readings age out of the window.
 
+Each read also samples every engine's running batch size (vllm:num_requests_running): over the window, the share of
+reads at each batch size is the share of time the pods ran it, which weighs the draft-length recommendation by the
+load the pods carry. A sample, not every step: one read per resync (30 s by default) gives a 600 s window 20 per pod.
+
 State lives in the operator's memory only: after a restart the window refills within one window length, while the
 decisions already taken (status.speculation.belowFloorSince, .fallback) are kept in status.
 """
@@ -13,8 +17,9 @@ decisions already taken (status.speculation.belowFloorSince, .fallback) are kept
 from __future__ import annotations
 
 import threading
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from dflash_operator.runtime.recent import RecentSet
 from dflash_operator.speculation.counters import SpecCounters
@@ -26,12 +31,17 @@ PodKey = str  # pod name and address: a pod recreated under the same name gets a
 class Reading:
     at: float  # monotonic seconds
     counters: SpecCounters
+    running: tuple[int, ...] = ()  # each engine's running batch size at the read
 
 
 @dataclass(frozen=True)
 class WindowFigures:
     increase: SpecCounters  # summed over the pods' readings within the window
     pods: int               # pods with at least one reading in the window
+    # Reads per running batch size within the window (every engine of every pod, one per read): the share of time
+    # each batch size runs, sampled at the reads. An idle engine (0 running) runs no step, so it is counted apart.
+    batch_sizes: Mapping[int, int] = field(default_factory=dict)
+    idle_reads: int = 0
 
 
 def increase(readings: list[Reading]) -> SpecCounters:
@@ -59,22 +69,27 @@ class PodWindows:
         self.epoch = epoch
         self._pods: dict[PodKey, deque[Reading]] = {}
 
-    def record(self, at: float, readings: dict[PodKey, SpecCounters], span: float) -> None:
+    def record(self, at: float, readings: Mapping[PodKey, SpecCounters], span: float,
+               running: Mapping[PodKey, tuple[int, ...]] | None = None) -> None:
+        """Each pod's counters at `at`, with its engines' running batch sizes where they were read."""
         for pod, counters in readings.items():
-            self._pods.setdefault(pod, deque()).append(Reading(at, counters))
+            self._pods.setdefault(pod, deque()).append(Reading(at, counters, (running or {}).get(pod, ())))
         self._prune(at, span)
 
     def figures(self, at: float, span: float) -> WindowFigures | None:
         """The increase over [at - span, at]; None until some pod has two readings to compare."""
         start = at - span
         total, pods, compared = SpecCounters(), 0, False
+        sizes: Counter[int] = Counter()
         for readings in self._pods.values():
             kept = _from_baseline(list(readings), start)
             if any(r.at >= start for r in kept):
                 pods += 1
             if len(kept) >= 2:
                 total, compared = total + increase(kept), True
-        return WindowFigures(total, pods) if compared else None
+            sizes.update(b for r in kept if r.at >= start for b in r.running)
+        idle = sizes.pop(0, 0)
+        return WindowFigures(total, pods, dict(sorted(sizes.items())), idle) if compared else None
 
     def _prune(self, at: float, span: float) -> None:
         start = at - span
