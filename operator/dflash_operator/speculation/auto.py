@@ -107,7 +107,7 @@ def decide(dfd: DFlashDeployment, tuned: TunedSchedule | None, found: tuner.Reco
     running = tuned_length(tuned)
     if running is None:
         running = spec.num_speculative_tokens
-    weights = traffic if traffic is not None else dict.fromkeys(found.batch_sizes, 1.0)
+    weights = found.weights(traffic)
     try:
         before = tuner.schedule_speedup(running, acceptance_by_position, cost, weights)
     except ValueError as unknown:  # a running draft length the cost model or the window never measured

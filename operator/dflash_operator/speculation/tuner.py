@@ -143,11 +143,16 @@ class Recommendation:
     gpu: str
     vllm_version: str
     model: str
-    batch_sizes: tuple[int, ...]  # the cost model's measured sizes up to max_batch: gain_over's default weights
+    batch_sizes: tuple[int, ...]  # the cost model's measured sizes up to max_batch: weights()'s even default
     weighted_speedup: float | None  # traffic-weighted mean expected speedup; None without traffic
 
     def k_at(self, b: int) -> int:
         return _k_at(self.ranges, b)
+
+    def weights(self, traffic: Mapping[int, float] | None) -> Mapping[int, float]:
+        """What expected speedups are averaged over: the traffic when it is known, else the cost model's measured
+        batch sizes evenly."""
+        return traffic if traffic is not None else dict.fromkeys(self.batch_sizes, 1.0)
 
     def to_tokens_by_batch_size(self) -> list[dict[str, int]]:
         """spec.speculation.tokensByBatchSize's shape (and vLLM's num_speculative_tokens_per_batch_size rows)."""
@@ -206,7 +211,7 @@ def recommend(p: Sequence[float], drafts: int, cost: CostModel, measured_k: int,
             start = b
     weighted = None
     if traffic is not None:  # a batch size past max_batch runs the last range, as _k_at carries it on
-        weighted = _weighted(lambda b: expected_speedup(p, cost, b, _k_at(ranges, b)), traffic)
+        weighted = schedule_speedup(ranges, p, cost, traffic)
     return Recommendation(tuple(ranges), measured_k, drafts, cost.gpu, cost.vllm_version, cost.model,
                           tuple(b for b in cost.batch_sizes if b <= max_batch) or (1,), weighted)
 
@@ -247,5 +252,5 @@ def gain_over(current: Sequence[ScheduleRange] | int, new: Recommendation, p: Se
     """The new schedule's expected speedup over the running one (a static K is an int): traffic-weighted when the
     batch-size distribution is known, else an even mean over the cost model's measured batch sizes. An Auto mode
     applies `new` only when this exceeds its threshold."""
-    weights = traffic if traffic is not None else dict.fromkeys(new.batch_sizes, 1.0)
+    weights = new.weights(traffic)
     return schedule_speedup(new.ranges, p, cost, weights) / schedule_speedup(current, p, cost, weights)
