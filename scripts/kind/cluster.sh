@@ -5,8 +5,8 @@
 #   bash scripts/kind/cluster.sh down   # deletes the cluster and stops dockerd (host as it was)
 # Everything lives under <cache> (~/.cache/dflash-operator): dockerd's store, kind, the kubeconfig (<cache>/kind/kubeconfig,
 # never ~/.kube/config) and kubectl's discovery cache. Idempotent: `up` on a running cluster reloads the operator image
-# and upgrades the release. The operator image is the one `docker build -f images/operator/Dockerfile .` makes,
-# tagged dflash-operator:kind and put on the nodes with `kind load docker-image`.
+# and upgrades the release. The operator image is the one `docker build -f images/operator/Dockerfile .` makes
+# (images/build.sh), put on the nodes with `kind load docker-image`.
 # Test-environment adaptations (each explained in docs/kind.md): the runc wrapper of scripts/kind/dockerd.sh, the
 # stand-in and node images built here without a registry, restrict_oom_score_adj and failCgroupV1 in kind-config.yaml,
 # and scripts/kind/cni.sh in place of kindnetd.
@@ -15,7 +15,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
 NAME=${DFLASH_KIND_NAME:-dflash}
 NODE_IMAGE=dflash/kind-node:v1.37.2
-OPERATOR_IMAGE=dflash-operator:kind
 NETWORK=dflash-kind SUBNET=172.31.250.0/24
 KIND_VERSION=v0.33.0
 # The hub: nothing may leave this machine, so the chart's hub.endpoint is a hub mirror on the host's address on the
@@ -23,9 +22,10 @@ KIND_VERSION=v0.33.0
 # models: dflash_testkit.kindpath); while none runs, a fetch is refused at that address and nothing is looked up
 # anywhere. Pods reach it through the host routes scripts/kind/cni.sh adds (no masquerade).
 HUB_ENDPOINT=${DFLASH_KIND_HUB:-http://172.31.250.1:18080}
-# The vLLM image: images/vllm/Dockerfile built by docker FROM the CPU stand-in of vllm/vllm-openai (images/kind/stand-ins.sh).
-VLLM_VERSION=0.32.0
-VLLM_IMAGE=dflash-vllm:kind
+# The images images/build.sh makes (the operator's, and images/vllm/Dockerfile FROM the CPU stand-in of vllm/vllm-openai).
+image_names=$(bash "$repo/images/build.sh" --names)
+OPERATOR_IMAGE=$(awk '$1 == "operator" {print $2}' <<<"$image_names")
+VLLM_IMAGE=$(awk '$1 == "vllm" {print $2}' <<<"$image_names")
 kind=$cache/kind/bin/kind
 export DOCKER_HOST=unix://$cache/docker/docker.sock
 export KUBECONFIG=$cache/kind/kubeconfig KUBECACHEDIR=$cache/kind/kubecache
@@ -76,14 +76,7 @@ up() {
   bash "$repo/scripts/kind/dockerd.sh" start >/dev/null; say "dockerd up"
   hash -r   # a docker.io installed just now: look `docker` up again
   if [ ! -x "$kind" ]; then GOBIN=$cache/kind/bin go install "sigs.k8s.io/kind@$KIND_VERSION"; say "kind built"; fi
-  bash "$repo/images/kind/stand-ins.sh" >/dev/null
-  DOCKER_BUILDKIT=1 docker build --network host -q -t "$OPERATOR_IMAGE" -f "$repo/images/operator/Dockerfile" "$repo" >/dev/null
-  say "operator image $OPERATOR_IMAGE built"
-  # --network host: pip fetches the packages' build backend from PyPI, as a user's build does.
-  DOCKER_BUILDKIT=1 docker build --network host -q -t "$VLLM_IMAGE" --build-arg "VLLM_VERSION=$VLLM_VERSION" \
-    -f "$repo/images/vllm/Dockerfile" "$repo" >/dev/null
-  say "vLLM image $VLLM_IMAGE built"
-  docker image prune -f >/dev/null   # the layers of earlier builds under the same tags
+  bash "$repo/images/build.sh" >/dev/null; say "images built: $OPERATOR_IMAGE, $VLLM_IMAGE"
   bash "$repo/images/kind/node-image.sh" >/dev/null   # keyed: nothing to do on a warm machine
   say "node image $NODE_IMAGE"
   docker network inspect "$NETWORK" >/dev/null 2>&1 || docker network create -d bridge --subnet "$SUBNET" \

@@ -6,7 +6,8 @@
 - Network: pods live on a bridge this fixture creates (CNI bridge + host-local IPAM on BRIDGE_SUBNET, no gateway,
   no masquerade, no routes), and the node's address is the bridge's own address, so the API server reaches the
   kubelet, and the kubelet the pods, only on that bridge. Nothing is routed anywhere else.
-- Images: built here (images/builder/build.py) and imported with `ctr -n k8s.io images import --local
+- Images: the operator and vLLM images by `docker build` of their Dockerfiles (dflash_testkit.dockerimages), pause and
+  a plain Debian base by images/builder/build.py, all imported with `ctr -n k8s.io images import --local
   --discard-unpacked-layers` (the snapshots stay, the layer blobs go); the locally built pause image is
   containerd's sandbox image. Nothing is ever pulled.
 - GPUs: the node has none. It advertises `nvidia.com/gpu` as an extended resource (a status patch, as the
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dflash_testkit import REPO
+from dflash_testkit.dockerimages import NODE_REPOSITORIES, build_and_stream
 from dflash_testkit.hoststate import (
     CGROUP_ROOT,
     CHAIN_PREFIXES,
@@ -62,7 +64,7 @@ LOCK = CACHE / "real-node.lock"
 # 6 GB vLLM image is imported once, not once per run, and one copy sits on disk instead of one per work folder.
 # Only the node holding LOCK uses it; each start removes the containers a previous node left in it.
 IMAGE_STORE = CACHE / "node-containerd"
-BUILDER = REPO / "images" / "builder" / "build.py"
+BUILDER = REPO / "images" / "builder" / "build.py"   # pause and base; operator and vllm: dockerimages
 DEBIAN_BIN = ("/usr/sbin/runc", "/usr/lib/cni")
 
 
@@ -313,22 +315,30 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
             self.image(recipe)
 
     def image(self, recipe: str) -> str:
-        """The name of a locally built image (images/builder recipe), built and imported on first use; an image the
-        store holds from an earlier node is not imported again. Older builds of the recipe leave the store."""
+        """The name of a locally built image, built and imported on first use: pause and base from images/builder,
+        operator and vllm by `docker build` (dflash_testkit.dockerimages). An image the store holds from an earlier
+        node is not imported again. Older builds of the image leave the store."""
         if recipe not in self.images:
-            info = self._build_image(recipe)
-            started = time.monotonic()
-            held = self.ctr("images", "ls", "-q").stdout.split()
-            if info["name"] not in held:
+            def held() -> list[str]:
+                return self.ctr("images", "ls", "-q").stdout.split()
+            if recipe in NODE_REPOSITORIES:
                 # Unpacked into snapshots, the layers' copies in the content store are dead weight (the vLLM image's
                 # are ~6 GB): the garbage collector may drop them, as kind's nodes do for what they pull.
-                self.ctr("images", "import", "--local", "--discard-unpacked-layers", info["tar"])
-            info["import_seconds"] = round(time.monotonic() - started, 1)
-            info["already_in_store"] = info["name"] in held
+                import_argv = [str(self.bin_dir / "ctr"), f"--address={self.containerd_socket}", "-n", "k8s.io",
+                               "images", "import", "--local", "--discard-unpacked-layers"]
+                info = build_and_stream([recipe], held, import_argv)[recipe]
+            else:
+                info = self._build_image(recipe)
+                started = time.monotonic()
+                info["already_in_store"] = info["name"] in held()
+                if not info["already_in_store"]:
+                    self.ctr("images", "import", "--local", "--discard-unpacked-layers", info["tar"])
+                info["import_seconds"] = round(time.monotonic() - started, 1)
+            self.image_stats[recipe] = info
             repository = info["name"].rsplit(":", 1)[0]
-            older = [name for name in held if name.rsplit(":", 1)[0] == repository and name != info["name"]]
+            older = [name for name in held() if name.rsplit(":", 1)[0] == repository and name != info["name"]]
             if older:
-                self.ctr("images", "rm", *older)
+                self.ctr("images", "rm", "--sync", *older)   # --sync: their snapshots go now, not at a later GC
             self.images[recipe] = info["name"]
         return self.images[recipe]
 

