@@ -141,10 +141,11 @@ def test_measured_low_acceptance_with_fallback_writes_the_fallback_and_warns(mon
 
 
 # The serving image's pair check says vLLM 0.32.0: with no cost model from the chart, the one shipped for 0.26 (the
-# newest release measured at or below it), whose K 8 step collapses at batch 64, so K 8 pays only up to batch 36;
+# newest release measured at or below it), whose K 8 step collapses at batch 64, so K 8 pays only up to batch 35 (every
+# token accepted: its all-accepted table's costs);
 # the chart's cost model (here 0.23's, which has no batch above 16) wins over the release's.
 @pytest.mark.parametrize(("config", "summary", "first_range", "measured_on"), [
-    (CONFIG, "1-36:8, 37-1024:4", ("1", "36"), "vLLM 0.26.0"),
+    (CONFIG, "1-35:8, 36-1024:4", ("1", "35"), "vLLM 0.26.0"),
     (OperatorConfig(speculation_min_draft_tokens=10, cost_model=shipped_cost_model_for("0.23.0")), "1-1024:8",
      ("1", "1024"), "vLLM 0.23.0"),
 ])
@@ -192,9 +193,9 @@ def test_the_running_batch_size_read_with_the_counters_weighs_the_recommendation
     assert "fewer than 10 reads" in said[0]["message"] and said[0].get("weightedSpeedup") is None
     assert said[-1]["schedule"][0]["trafficShare"] == 1.0 and said[-1].get("message") is None
     # All of it at batch 16: the expected speedup there, E(8) / c(16, 8) of the cost model shipped for the serving
-    # vLLM (0.32.0 -> 0.26's), not the range's lowest.
-    assert said[-1]["weightedSpeedup"] == round(9 / shipped_cost_model_for("0.32.0").at(16, 8), 2) == 4.05
+    # vLLM (0.32.0 -> 0.26's), with all 8 tokens accepted (its all-accepted table), not the range's lowest.
+    assert said[-1]["weightedSpeedup"] == round(9 / shipped_cost_model_for("0.32.0").at(16, 8, accepted=8), 2) == 2.4
     assert len(said) == 2, "written when the weighting changed, not at every read"
-    assert metrics.RECOMMENDED_TRAFFIC_SHARE.labels(NS, NAME, "1", "36")._value.get() == 1.0  # noqa: SLF001
-    assert metrics.RECOMMENDED_TRAFFIC_SHARE.labels(NS, NAME, "37", "1024")._value.get() == 0.0  # noqa: SLF001
-    assert metrics.RECOMMENDED_WEIGHTED_SPEEDUP.labels(NS, NAME)._value.get() == 4.05  # noqa: SLF001
+    assert metrics.RECOMMENDED_TRAFFIC_SHARE.labels(NS, NAME, "1", "35")._value.get() == 1.0  # noqa: SLF001
+    assert metrics.RECOMMENDED_TRAFFIC_SHARE.labels(NS, NAME, "36", "1024")._value.get() == 0.0  # noqa: SLF001
+    assert metrics.RECOMMENDED_WEIGHTED_SPEEDUP.labels(NS, NAME)._value.get() == 2.4  # noqa: SLF001

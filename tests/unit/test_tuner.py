@@ -182,6 +182,10 @@ def test_ranges_cover_every_batch_size_without_gaps() -> None:
     (lambda d: d["relativeStepTime"][0].__setitem__(1, "fast"), "must be a number"),
     (lambda d: d.pop("vllmVersion"), "missing vllmVersion"),
     (lambda d: d.update(batchSizes=[0, 1, 2, 4, 8, 16, 32]), "batchSizes must be at least 1"),
+    (lambda d: d.update(relativeStepTimeAllAccepted=d["relativeStepTime"][:3]),
+     "relativeStepTimeAllAccepted must have one row per batch size"),
+    (lambda d: d.update(relativeStepTimeAllAccepted=[[1.0, 2.0, 2.0, 2.0, float("nan")]] * 7),
+     "relativeStepTimeAllAccepted at batch size 1, draft length 8 must be a positive"),
 ])
 def test_a_bad_cost_model_is_refused_with_what_is_wrong(change: Callable[[dict[str, Any]], Any], message: str) -> None:
     data = table(lambda b, k: 1 + 0.1 * k)
@@ -195,6 +199,32 @@ def test_the_cost_model_round_trips() -> None:
     data = table(lambda b, k: 1 + k * _a(b))
     assert CostModel.from_dict(data).to_dict() == data
     assert CostModel.from_dict(data) == LOADED
+    data["relativeStepTimeAllAccepted"] = table(lambda b, k: 1.5 + k * _a(b))["relativeStepTime"]
+    assert CostModel.from_dict(data).to_dict() == data
+
+
+# The random draft's table (nothing accepted) and the all-accept draft's: a step costs more the more it accepts.
+TWO_ENDS = CostModel.from_dict({**table(lambda b, k: 1 + 0.1 * k),
+                                "relativeStepTimeAllAccepted": table(lambda b, k: 1 + 0.3 * k)["relativeStepTime"]})
+
+
+def test_a_step_costs_between_the_two_tables_by_the_tokens_it_accepts() -> None:
+    assert TWO_ENDS.at(16, 4) == TWO_ENDS.at(16, 4, accepted=0) == pytest.approx(1.4)   # as the random table
+    assert TWO_ENDS.at(16, 4, accepted=4) == pytest.approx(2.2)                         # as the all-accept table
+    assert TWO_ENDS.at(16, 4, accepted=1) == pytest.approx(1.4 + 0.25 * 0.8)
+    assert TWO_ENDS.at(16, 4, accepted=9) == pytest.approx(2.2)   # never past the measured end
+    assert TWO_ENDS.at(16, 0, accepted=0) == 1.0
+    # Without the all-accept table, acceptance changes nothing: the random table alone.
+    assert CHEAP.at(16, 4, accepted=4) == CHEAP.at(16, 4)
+
+
+def test_with_both_tables_an_accepting_draft_is_charged_its_accepted_tokens() -> None:
+    p = [1.0] * 8
+    assert expected_speedup(p, TWO_ENDS, 16, 8) == pytest.approx(9 / 3.4)
+    only_random = CostModel.from_dict(table(lambda b, k: 1 + 0.1 * k))
+    assert expected_speedup(p, only_random, 16, 8) == pytest.approx(9 / 1.8)
+    # A draft accepted half the time at each of 2 positions: E(2) = 2.0, one token accepted per step of two.
+    assert expected_speedup([0.5, 0.5], TWO_ENDS, 16, 2) == pytest.approx(2.0 / (1.2 + 0.5 * 0.4))
 
 
 def test_gain_over_a_static_k() -> None:

@@ -24,8 +24,12 @@ class CostModelSpec(ApiModel):
     draft_lengths: Annotated[list[int], Field(description="Measured draft lengths k, ascending, starting at 0.",
                                               min_length=2, max_length=33)]
     relative_step_time: Annotated[list[list[float]], Field(
-        description="One row per batch size, one value per draft length; 1.0 at k = 0.", min_length=1,
-        max_length=32)]
+        description="One row per batch size, one value per draft length; 1.0 at k = 0. Measured with a draft that "
+                    "accepts nothing (a random one).", min_length=1, max_length=32)]
+    relative_step_time_all_accepted: Annotated[list[list[float]] | None, Field(
+        description="Optional, the same shape measured with a draft whose every token is accepted: a step then "
+                    "costs relativeStepTime plus (accepted tokens per step / k) of the way to this.", min_length=1,
+        max_length=32)] = None
 
 
 class RecommendedRange(ApiModel):
