@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +41,9 @@ def _docker(env: dict[str, str], *args: str) -> str:
 def private_dockerd() -> Iterator[dict[str, str]]:
     """The environment of a running private dockerd; one this started is stopped again on leaving."""
     env = _docker_env()
-    running = subprocess.run(["docker", "info"], capture_output=True, env=env).returncode == 0
+    # No docker CLI yet (a machine before scripts/setup.sh): dockerd.sh start installs Debian's docker.io.
+    running = shutil.which("docker", path=env["PATH"]) is not None and \
+        subprocess.run(["docker", "info"], capture_output=True, env=env).returncode == 0
     if not running:
         subprocess.run(["bash", str(DOCKERD_SH), "start"], capture_output=True, text=True, check=True)
     try:
