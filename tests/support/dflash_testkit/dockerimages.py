@@ -53,35 +53,32 @@ def private_dockerd() -> Iterator[dict[str, str]]:
             subprocess.run(["bash", str(DOCKERD_SH), "stop"], capture_output=True, text=True, check=True)
 
 
-def build_and_stream(recipes: list[str], held: Callable[[], list[str]],
-                     import_argv: list[str]) -> dict[str, dict]:
-    """Builds images/build.sh's images and streams each recipe's into the node unless `held()` (the node's image
-    names) already has it. Returns, per recipe, its node name, docker image ID, config, and the seconds spent."""
-    found: dict[str, dict] = {}
+def build_and_stream(recipe: str, held: Callable[[], list[str]], import_argv: list[str]) -> dict:
+    """Builds images/build.sh's images and streams `recipe`'s into the node unless `held()` (the node's image names)
+    already has it. Returns its node name, docker image ID, config, and the seconds spent."""
     with private_dockerd() as env:
         started = time.monotonic()
         built = dict(line.split() for line in subprocess.run(
             ["bash", str(BUILD_SH)], capture_output=True, text=True, check=True, env=env).stdout.splitlines())
         build_seconds = time.monotonic() - started
-        for recipe in recipes:
-            inspect = json.loads(_docker(env, "image", "inspect", built[recipe]))[0]
-            image_id = inspect["Id"].removeprefix("sha256:")
-            name = f"{NODE_REPOSITORIES[recipe]}:{image_id[:12]}"
+        inspect = json.loads(_docker(env, "image", "inspect", built[recipe]))[0]
+        image_id = inspect["Id"].removeprefix("sha256:")
+        name = f"{NODE_REPOSITORIES[recipe]}:{image_id[:12]}"
+        started = time.monotonic()
+        in_store = name in held()
+        if not in_store:
             _docker(env, "tag", built[recipe], name)
-            started = time.monotonic()
-            in_store = name in held()
-            if not in_store:
-                save = subprocess.Popen(["docker", "save", name], stdout=subprocess.PIPE, env=env)
-                result = subprocess.run([*import_argv, "-"], stdin=save.stdout, capture_output=True, text=True)
-                assert save.stdout is not None
-                save.stdout.close()
-                if save.wait() != 0 or result.returncode != 0:
-                    raise RuntimeError(f"streaming {name} into the node failed:\n{result.stderr}")
-            found[recipe] = {"name": name, "id": image_id, "config": inspect["Config"], "bytes": inspect["Size"],
-                             "built_as": built[recipe], "seconds": round(build_seconds, 1), "cached": None,
-                             "import_seconds": round(time.monotonic() - started, 1), "already_in_store": in_store}
+            save = subprocess.Popen(["docker", "save", name], stdout=subprocess.PIPE, env=env)
+            result = subprocess.run([*import_argv, "-"], stdin=save.stdout, capture_output=True, text=True)
+            assert save.stdout is not None
+            save.stdout.close()
+            saved = save.wait()
             _docker(env, "rmi", name)   # only the node's tag: the image stays under images/build.sh's
-    return found
+            if saved != 0 or result.returncode != 0:
+                raise RuntimeError(f"streaming {name} into the node failed:\n{result.stderr}")
+    return {"name": name, "id": image_id, "config": inspect["Config"], "bytes": inspect["Size"],
+            "built_as": built[recipe], "seconds": round(build_seconds, 1), "cached": None,
+            "import_seconds": round(time.monotonic() - started, 1), "already_in_store": in_store}
 
 
 def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:

@@ -326,7 +326,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri']
                 # are ~6 GB): the garbage collector may drop them, as kind's nodes do for what they pull.
                 import_argv = [str(self.bin_dir / "ctr"), f"--address={self.containerd_socket}", "-n", "k8s.io",
                                "images", "import", "--local", "--discard-unpacked-layers"]
-                info = build_and_stream([recipe], held, import_argv)[recipe]
+                info = build_and_stream(recipe, held, import_argv)
             else:
                 info = self._build_image(recipe)
                 started = time.monotonic()
