@@ -25,6 +25,11 @@ if ! dpkg -s "${node_packages[@]}" >/dev/null 2>&1; then
     echo "setup: not root, not installing ${node_packages[*]} (the node tier needs them)" >&2
   fi
 fi
+# The vLLM and hub tiers' venvs (several GB from PyPI when cold) download while Go compiles the cluster binaries.
+venv_log=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}/logs/setup-venvs.log
+mkdir -p "$(dirname "$venv_log")"
+(bash tests/vllm/run.sh --venvs && bash tests/hub/build_venv.sh) >"$venv_log" 2>&1 &
+venvs=$!
 bash tests/cluster/build.sh >/dev/null
 # The node tier's and the demo's images, built here rather than inside the first test that needs them, so a cold build
 # is not counted against that test's timeout: pause and base (images/builder, cached by input hash), then the operator
@@ -42,4 +47,8 @@ if [ "$(id -u)" -eq 0 ]; then
   bash scripts/kind/dockerd.sh start >/dev/null
   bash images/build.sh >/dev/null
   $dockerd_was_running || bash scripts/kind/dockerd.sh stop
+fi
+if ! wait "$venvs"; then
+  echo "setup: the vLLM or hub tier's venvs failed to build; the end of $venv_log:" >&2; tail -n 20 "$venv_log" >&2
+  exit 1
 fi

@@ -3,7 +3,8 @@
 # then runs the unit tests, the 0.23 tests under the 0.23 venv and the 0.32 tests under the 0.32 venv, as separate
 # pytest sessions (on each line: the plugin's load or serving, and dflash-check-pair's verdicts on every draft
 # layout). Exits non-zero if any session fails or collects nothing (pytest exit 5).
-# Work files (models, logs, wheel) go to a temp dir, kept and printed on failure.
+# Work files (models, logs, wheel) go to a temp dir, kept and printed on failure. `run.sh --venvs` builds the venvs
+# and stops (scripts/setup.sh runs it beside the Go builds, so the downloads overlap the compiling).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -19,6 +20,7 @@ py32=$(bash "$here/build_venv.sh" 0.32.0 | tail -1)
 declare -A pyline
 for line in $lines; do pyline[$line]=$(bash "$here/build_venv.sh" "$line" | tail -1); done
 echo "venvs ready after $((SECONDS - start)) s: $py23 $py32 ${pyline[*]}"
+[ "${1:-}" = --venvs ] && exit 0
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-tier.XXXXXX")
 # One wheel for both venvs (pure Python); vllm_proc.build_wheel builds it from a copy of the source.
