@@ -11,6 +11,7 @@ Five real OpenAI servers, started together and shared by the module:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -67,11 +68,19 @@ def servers(tiny: dict[str, Path], plugin_dir: Path, tmp_path_factory: pytest.Te
                    for name, (model, extra) in layouts.items()}
         started = {}
         errors = []
-        for name, future in futures.items():
-            try:
-                started[name] = future.result()
-            except RuntimeError as exc:
-                errors.append(f"{name}: {exc}")
+        try:
+            for name, future in futures.items():
+                try:
+                    started[name] = future.result()
+                except RuntimeError as exc:
+                    errors.append(f"{name}: {exc}")
+        except BaseException:
+            # Interrupted while the servers start (pytest-timeout's signal, ^C): the pool's threads go on starting them,
+            # so stop each one as it comes up rather than leave five vLLM servers running past the session.
+            for future in futures.values():
+                with contextlib.suppress(BaseException):
+                    future.result().stop()
+            raise
     if errors:
         for server in started.values():
             server.stop()
