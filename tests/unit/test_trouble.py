@@ -215,6 +215,28 @@ def test_a_claim_pending_a_minute_counts_as_stalled_provisioning_without_a_node_
     assert not provisioning_stalled(None, born)
 
 
+def test_a_claim_read_that_found_nothing_is_repeated_sooner_than_one_that_found_the_why() -> None:
+    from dflash_operator.reconcile.ledger import CLAIM_NOTHING_SAID_READ_SECONDS as NOTHING_SAID_READ_SECONDS
+    from dflash_operator.reconcile.ledger import EVENT_READ_SECONDS
+
+    ledger, answers, reads = Ledger(), iter(["", "", "ProvisioningFailed: NodePath only supports ReadWriteOnce"]), []
+
+    def read() -> str:
+        reads.append(next(answers))
+        return reads[-1]
+
+    at = [0.0, NOTHING_SAID_READ_SECONDS / 2, NOTHING_SAID_READ_SECONDS, 2 * NOTHING_SAID_READ_SECONDS,
+          2 * NOTHING_SAID_READ_SECONDS + EVENT_READ_SECONDS / 2]
+    said = [ledger.recent_read("uid", "claim/cache", now, read, NOTHING_SAID_READ_SECONDS) for now in at]
+    assert said[-1].startswith("ProvisioningFailed")
+    assert reads == ["", "", said[-1]], "an empty answer is read again after NOTHING_SAID_READ_SECONDS, an answer kept"
+    # Without it (pods), an empty answer is kept as long as any other.
+    pod_reads = []
+    for now in at:
+        ledger.recent_read("uid", "pod/a", now, lambda: pod_reads.append("") or "")
+    assert pod_reads == [""]
+
+
 def test_reads_of_one_kind_are_forgotten_without_touching_the_others() -> None:
     """A pass that looks at pods forgets pods no longer in trouble, never the claim's read (and the reverse): forgetting
     across kinds would read both again on every pass of a DFlashDeployment with both in trouble."""

@@ -1,6 +1,7 @@
 """What the cluster says of a DFlashDeployment's objects in trouble, beyond what the watched indexes hold: the
 reasons only events carry (a pod's failing speculative probe, a claim its provisioner refuses). Read only for objects
-in that state, at most once a minute each (Ledger.recent_read): nothing for what serves, binds or is still starting.
+in that state, at most once a minute each (a claim every 10 s while its events say nothing; Ledger.recent_read):
+nothing for what serves, binds or is still starting.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 from dflash_operator.api import DFlashDeployment
 from dflash_operator.kube.client import Kube
 from dflash_operator.reconcile import cache_outcome
-from dflash_operator.reconcile.ledger import Ledger
+from dflash_operator.reconcile.ledger import CLAIM_NOTHING_SAID_READ_SECONDS, Ledger
 from dflash_operator.reconcile.observed import Observed
 from dflash_operator.render.cache import cache_name
 from dflash_operator.runtime import metrics
@@ -51,9 +52,9 @@ def cache_trouble(kube: Kube, observed: Observed, ledger: Ledger, clock: Clock, 
     if found is not None or not stalled:
         return found
     # A claim waiting for its volume is what every new cache does for a moment; one its provisioner refuses (an
-    # access mode the class cannot give, a full disk) says so only in its own events: read them, at most once a minute.
+    # access mode the class cannot give, a full disk) says so only in its own events: read them.
     said = ledger.recent_read(uid, f"claim/{name}", clock.monotonic(), lambda: _newest_event(
-        kube, namespace, "PersistentVolumeClaim", name, "ProvisioningFailed", ""))
+        kube, namespace, "PersistentVolumeClaim", name, "ProvisioningFailed", ""), CLAIM_NOTHING_SAID_READ_SECONDS)
     return trouble.claim_trouble(name, said) if said else None
 
 

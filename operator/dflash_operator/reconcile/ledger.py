@@ -18,6 +18,11 @@ ObjectKey = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 # How often an object in trouble has its events read (a pod failing its readiness probe, a claim its provisioner
 # cannot provision; the kubelet probes every 10 s): status needs the gist, not every failure.
 EVENT_READ_SECONDS = 60.0
+# A stalled cache claim whose events say nothing yet is asked again sooner: its provisioner's ProvisioningFailed comes
+# seconds after the claim gets its node, and kept for a minute that first empty answer held the why back (kind,
+# 2026-12-07: ClaimPending 81 s after apply). A DFlashDeployment has one claim, so this costs little; pods keep the
+# minute even when their events say nothing (kwok's never-ready pods at scale, tests/cluster/test_capacity.py).
+CLAIM_NOTHING_SAID_READ_SECONDS = 10.0
 
 
 def fingerprint(obj: Any) -> str:
@@ -55,12 +60,14 @@ class Ledger:
         # said): an object in trouble has its events read at most once per EVENT_READ_SECONDS, only while in trouble.
         self._event_reads: dict[str, dict[str, tuple[float, str]]] = {}
 
-    def recent_read(self, uid: str, key: str, now: float, read: Callable[[], str]) -> str:
+    def recent_read(self, uid: str, key: str, now: float, read: Callable[[], str],
+                    nothing_said_seconds: float = EVENT_READ_SECONDS) -> str:
         """What `read` says of the object `key`, read again only when no read of it is younger than
-        EVENT_READ_SECONDS. Everything read is forgotten with its owner."""
+        EVENT_READ_SECONDS, or `nothing_said_seconds` when that read found nothing. Everything read is forgotten with
+        its owner."""
         with self._lock:
             known = self._event_reads.get(uid, {}).get(key)
-        if known is not None and now - known[0] < EVENT_READ_SECONDS:
+        if known is not None and now - known[0] < (EVENT_READ_SECONDS if known[1] else nothing_said_seconds):
             return known[1]
         said = read()
         with self._lock:
