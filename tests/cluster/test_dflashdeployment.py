@@ -21,6 +21,7 @@ from dflash_testkit.dfd import (
     condition_is,
     deployment,
     dfd,
+    found,
     mark_pods_ready,
 )
 from dflash_testkit.waiting import wait_for
@@ -52,10 +53,14 @@ def test_apply_creates_children_and_becomes_ready_when_pods_pass_the_probe(
     shm = next(v for v in dep.spec.template.spec.volumes if v.name == "dshm")
     assert shm.empty_dir.medium == "Memory"
 
+    # The operator applies the Deployment, then the Service, then the PodDisruptionBudget (render/serving.py), so
+    # the Deployment can be seen before the other two exist: wait for each rather than read it once.
     core = kubernetes.client.CoreV1Api(api_client)
-    service = core.read_namespaced_service("coder", namespace)
+    service = wait_for(lambda: found(lambda: core.read_namespaced_service("coder", namespace)), "the Service")
     assert service.spec.ports[0].port == 8000
-    kubernetes.client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget("coder", namespace)
+    policy = kubernetes.client.PolicyV1Api(api_client)
+    wait_for(lambda: found(lambda: policy.read_namespaced_pod_disruption_budget("coder", namespace)),
+             "the PodDisruptionBudget")
 
     wait_for(lambda: len([p for p in core.list_namespaced_pod(namespace, label_selector=SELECTOR.format(
         "coder")).items if p.status.phase == "Running"]) == 2, "two running pods")

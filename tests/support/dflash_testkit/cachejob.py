@@ -12,7 +12,7 @@ import kubernetes
 
 from dflash_cache.pairing import verdict_message
 from dflash_cache.result import CHECK_CONTAINER, FETCH_CONTAINER, CacheResult, problem_dicts
-from dflash_testkit.waiting import wait_for
+from dflash_testkit.waiting import found, wait_for
 
 CACHE_SELECTOR = "app.kubernetes.io/name=dflash-cache"
 TARGET_COMMIT = "1" * 40
@@ -83,12 +83,7 @@ def start_cache_job(api_client, namespace: str, job_name: str | None = None):
 
 def _read_job(batch: kubernetes.client.BatchV1Api, namespace: str, name: str):
     """The Job, or None while the operator has not created it yet."""
-    try:
-        return batch.read_namespaced_job(name, namespace)
-    except kubernetes.client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+    return found(lambda: batch.read_namespaced_job(name, namespace))
 
 
 def image_verdict(problems: list[dict] | None = None, vllm_version: str = IMAGE_VLLM_VERSION,

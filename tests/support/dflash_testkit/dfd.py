@@ -9,7 +9,7 @@ import kubernetes
 
 from dflash_testkit.cachejob import fetch_result, finish_cache_job
 from dflash_testkit.controlplane import READY_ANNOTATION, ControlPlane
-from dflash_testkit.waiting import wait_for
+from dflash_testkit.waiting import found, wait_for
 
 API = ("serving.dflash.dev", "v1alpha1")
 SELECTOR = "app.kubernetes.io/name=dflash-vllm,app.kubernetes.io/instance={}"
@@ -70,9 +70,4 @@ def mark_pods_ready(api_client, namespace: str, name: str, count: int = 1) -> in
 
 
 def deployment(api_client, namespace: str, name: str):
-    try:
-        return kubernetes.client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace)
-    except kubernetes.client.ApiException as error:
-        if error.status == 404:
-            return None
-        raise
+    return found(lambda: kubernetes.client.AppsV1Api(api_client).read_namespaced_deployment(name, namespace))
