@@ -91,13 +91,18 @@ up() {
   kubectl wait --for=condition=Ready node --all --timeout=180s >/dev/null; say "nodes Ready"
   "$kind" load docker-image "$OPERATOR_IMAGE" --name "$NAME" >/dev/null; say "operator image loaded"
   load_streamed "$VLLM_IMAGE" "$NAME-worker"
+  local upgrade=false
+  helm status dflash -n dflash-system >/dev/null 2>&1 && upgrade=true
   helm upgrade --install dflash "$repo/charts/dflash-operator" -n dflash-system --create-namespace \
     --set image.repository="${OPERATOR_IMAGE%:*}" --set image.tag="${OPERATOR_IMAGE#*:}" --set image.pullPolicy=Never \
     --set hub.endpoint="$HUB_ENDPOINT" \
     --wait --timeout 300s >/dev/null
-  # A new image under the same tag: restart so the pods run it (helm sees no change in the rendered chart).
-  kubectl -n dflash-system rollout restart deploy/dflash-dflash-operator >/dev/null
-  kubectl -n dflash-system rollout status deploy/dflash-dflash-operator --timeout=180s >/dev/null
+  # On an existing release, a new image under the same tag: restart so the pods run it (helm sees no change in the
+  # rendered chart). A release installed just now already runs the image loaded above.
+  if $upgrade; then
+    kubectl -n dflash-system rollout restart deploy/dflash-dflash-operator >/dev/null
+    kubectl -n dflash-system rollout status deploy/dflash-dflash-operator --timeout=180s >/dev/null
+  fi
   say "operator running (helm release dflash in dflash-system)"
   envlines
 }
