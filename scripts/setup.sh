@@ -46,7 +46,7 @@ if [ "$(id -u)" -eq 0 ]; then
     "$cache"/vllm-*.tar "$cache"/vllm-*.json "$cache"/operator-*.tar "$cache"/operator-*.json
   DOCKER_HOST=$(bash scripts/kind/dockerd.sh env | cut -d= -f2-); export DOCKER_HOST
   dockerd_was_running=false
-  docker info >/dev/null 2>&1 && dockerd_was_running=true
+  bash scripts/kind/dockerd.sh running && dockerd_was_running=true
   bash scripts/kind/dockerd.sh start >/dev/null
   bash images/build.sh >/dev/null
   $dockerd_was_running || bash scripts/kind/dockerd.sh stop

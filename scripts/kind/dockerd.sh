@@ -3,6 +3,7 @@
 #   bash scripts/kind/dockerd.sh start   # prints `export DOCKER_HOST=...` on its last line
 #   bash scripts/kind/dockerd.sh stop
 #   bash scripts/kind/dockerd.sh env     # the export line only
+#   bash scripts/kind/dockerd.sh running # exit 0 when this private dockerd runs and answers
 # Everything dockerd keeps (images, containers, its containerd, pid file, socket) lives under <cache>/docker. It never
 # touches host networking: --iptables=false --ip-masq=false --ip-forward=false --bridge=none (no docker0, no NAT, no
 # sysctl); published ports go through docker-proxy on loopback. Its default runtime is runc-no-sys-resource, a
@@ -23,9 +24,10 @@ MADE_ON_HOST=(/run/containerd /run/runc /opt/containerd)
 made_flag() { echo "$dir/made$(tr / - <<<"$1")"; }   # /run/runc -> <dir>/made-run-runc
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+answering() { running && docker info >/dev/null 2>&1; }
 
 start() {
-  if running && docker info >/dev/null 2>&1; then echo "export DOCKER_HOST=$DOCKER_HOST"; return; fi
+  if answering; then echo "export DOCKER_HOST=$DOCKER_HOST"; return; fi
   if ! command -v dockerd >/dev/null; then
     # Debian's policy-rc.d keeps the package from starting a system dockerd; we run our own below.
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker.io >/dev/null
@@ -69,5 +71,6 @@ case ${1:-} in
   start) start ;;
   stop) stop ;;
   env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
-  *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+  running) answering ;;
+  *) echo "usage: $0 start|stop|env|running" >&2; exit 2 ;;
 esac

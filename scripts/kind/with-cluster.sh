@@ -18,7 +18,7 @@ state=$(mktemp)
 # saved and started again at the end: its containers' first start makes /run/containerd on the host, so a state
 # saved with it running was not the one `down` puts back (a demo run on 2026-12-07 failed its host check on that).
 restart_dockerd=false
-if (eval "$(bash scripts/kind/dockerd.sh env)" && docker info >/dev/null 2>&1); then
+if bash scripts/kind/dockerd.sh running; then
   restart_dockerd=true
   bash scripts/kind/dockerd.sh stop >/dev/null || exit 1
 fi

@@ -21,10 +21,9 @@ from dflash_testkit.dfd import (
     condition_is,
     deployment,
     dfd,
-    found,
     mark_pods_ready,
 )
-from dflash_testkit.waiting import wait_for
+from dflash_testkit.waiting import found, wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -26,8 +26,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-tier.XXXXXX")
 # vLLM's ZMQ sockets (ipc://<dir>/<uuid>, several per server) go under the work dir, which is removed at the end; in
 # /tmp they outlived every server (830 of them there on 2026-12-07).
 export VLLM_RPC_BASE_PATH=$work/rpc
-# So do the vllm_dist_* files torch's file:// process-group rendezvous makes through Python's tempfile (one per server
-# start, left in /tmp after each): TMPDIR is the one knob tempfile reads.
+# So do the vllm_dist_* files torch's file:// process-group rendezvous makes through Python's tempfile (a cold CI's
+# tier left 5 in /tmp on 2026-12-07): TMPDIR is the one knob tempfile reads.
 export TMPDIR=$work/tmp
 mkdir -p "$VLLM_RPC_BASE_PATH" "$TMPDIR"
 # One wheel for both venvs (pure Python); vllm_proc.build_wheel builds it from a copy of the source.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -41,9 +40,8 @@ def _docker(env: dict[str, str], *args: str) -> str:
 def private_dockerd() -> Iterator[dict[str, str]]:
     """The environment of a running private dockerd; one this started is stopped again on leaving."""
     env = _docker_env()
-    # No docker CLI yet (a machine before scripts/setup.sh): dockerd.sh start installs Debian's docker.io.
-    running = shutil.which("docker", path=env["PATH"]) is not None and \
-        subprocess.run(["docker", "info"], capture_output=True, env=env).returncode == 0
+    # No docker CLI yet (a machine before scripts/setup.sh) reads as not running: dockerd.sh start installs docker.io.
+    running = subprocess.run(["bash", str(DOCKERD_SH), "running"], capture_output=True).returncode == 0
     if not running:
         subprocess.run(["bash", str(DOCKERD_SH), "start"], capture_output=True, text=True, check=True)
     try:
