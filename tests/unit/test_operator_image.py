@@ -9,15 +9,17 @@ import sys
 import zipfile
 from pathlib import Path
 
+from dflash_testkit.dockerimages import dockerfile_instructions
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "images" / "operator" / "Dockerfile"
 
 
 def test_every_copied_path_exists() -> None:
     sources = []
-    for line in DOCKERFILE.read_text().splitlines():
-        if line.startswith("COPY ") and "--from=" not in line:
-            sources += line.split()[1:-1]
+    for op, args in dockerfile_instructions(DOCKERFILE):
+        if op == "COPY" and "--from=" not in args:
+            sources += args.split()[:-1]
     assert sources, "the Dockerfile copies nothing from the repository"
     for source in sources:
         assert (REPO / source).exists(), f"COPY {source}: no such path in the repository"
