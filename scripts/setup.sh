@@ -44,12 +44,7 @@ if [ "$(id -u)" -eq 0 ]; then
   cache=${DFLASH_CACHE:-$HOME/.cache/dflash-operator}/images
   rm -rf "$cache"/rootfs/vllm-cpu-* "$cache"/rootfs/cpu-libs-* "$cache"/layers/vllm-cpu-* "$cache"/layers/cpu-libs-* \
     "$cache"/vllm-*.tar "$cache"/vllm-*.json "$cache"/operator-*.tar "$cache"/operator-*.json
-  DOCKER_HOST=$(bash scripts/kind/dockerd.sh env | cut -d= -f2-); export DOCKER_HOST
-  dockerd_was_running=false
-  bash scripts/kind/dockerd.sh running && dockerd_was_running=true
-  bash scripts/kind/dockerd.sh start >/dev/null
-  bash images/build.sh >/dev/null
-  $dockerd_was_running || bash scripts/kind/dockerd.sh stop
+  bash scripts/kind/dockerd.sh with bash images/build.sh >/dev/null
 fi
 if ! wait "$venvs"; then
   echo "setup: the vLLM or hub tier's venvs failed to build; the end of $venv_log:" >&2; tail -n 20 "$venv_log" >&2

@@ -4,6 +4,8 @@
 #   bash scripts/kind/dockerd.sh stop
 #   bash scripts/kind/dockerd.sh env     # the export line only
 #   bash scripts/kind/dockerd.sh running # exit 0 when this private dockerd runs and answers
+#   bash scripts/kind/dockerd.sh with COMMAND [ARG...]   # COMMAND against this dockerd (DOCKER_HOST exported); a
+#                                        # dockerd it had to start is stopped after, whatever COMMAND's exit status
 # Everything dockerd keeps (images, containers, its containerd, pid file, socket) lives under <cache>/docker. It never
 # touches host networking: --iptables=false --ip-masq=false --ip-forward=false --bridge=none (no docker0, no NAT, no
 # sysctl); published ports go through docker-proxy on loopback. Its default runtime is runc-no-sys-resource, a
@@ -67,10 +69,20 @@ stop() {
   done
 }
 
+with_dockerd() {
+  local was_up=false rc=0
+  answering && was_up=true
+  start >/dev/null
+  "$@" || rc=$?
+  $was_up || stop
+  return "$rc"
+}
+
 case ${1:-} in
   start) start ;;
+  with) shift; with_dockerd "$@" ;;
   stop) stop ;;
   env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
   running) answering ;;
-  *) echo "usage: $0 start|stop|env|running" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|env|running|with COMMAND..." >&2; exit 2 ;;
 esac
