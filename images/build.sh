@@ -2,7 +2,8 @@
 # The project's two images, built by `docker build` from their Dockerfiles exactly as a user builds them, in the private
 # dockerd of scripts/kind/dockerd.sh (start it first). The kind path loads them onto its nodes; the node tier streams
 # them into its containerd (dflash_testkit.dockerimages). Their FROM images cannot be pulled here: images/kind/stand-ins.sh
-# tags local stand-ins under the upstream names first. docker's layer cache keys every step: a warm run builds nothing.
+# tags local stand-ins under the upstream names first (each keyed by a label of its inputs). docker's layer cache keys
+# every step of the two builds: a warm run builds nothing.
 #   bash images/build.sh          builds both; prints "operator IMAGE" and "vllm IMAGE"
 #   bash images/build.sh --names  the same two lines, building nothing
 set -euo pipefail

