@@ -70,12 +70,10 @@ stop() {
 }
 
 with_dockerd() {
-  local was_up=false rc=0
-  answering && was_up=true
+  if answering; then "$@"; return; fi
   start >/dev/null
-  "$@" || rc=$?
-  $was_up || stop
-  return "$rc"
+  trap stop EXIT   # also when COMMAND fails (set -e exits with its status) or this script is interrupted
+  "$@"
 }
 
 case ${1:-} in

@@ -125,8 +125,10 @@ def test_readelf_rows_become_symbols_and_what_a_stub_cannot_carry_is_refused() -
 
 
 def test_each_symbol_keeps_its_version_and_a_library_mixing_versions_is_refused() -> None:
-    # The loader refuses a library lacking a version its user was linked against; a library mixing versioned and
-    # unversioned exports has no single version script, so it is refused rather than stubbed wrong.
+    # The loader refuses a library lacking a version its user was linked against (seen with a program linked `-z now`
+    # against `f@V1`: an unversioned replacement failed ld.so's check_match assertion, rc 127; one defining only `V2`
+    # gave "version `V1' not found", rc 1). A library mixing versioned and unversioned exports has no single version
+    # script, so it is refused rather than stubbed wrong.
     versioned = cuda_stubs.Symbol("f", "FUNC", 0, "V1")
     assert cuda_stubs.version_script([versioned]) == "V1 { global: f; local: *; };\n"
     assert cuda_stubs.version_script([cuda_stubs.Symbol("f", "FUNC", 0, None)]) is None
